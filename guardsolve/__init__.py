@@ -1,0 +1,21 @@
+"""guardsolve: small, exact, fast guards for traced PyTorch programs."""
+
+from __future__ import annotations
+
+from guardsolve.concrete import run_concrete, run_trace
+from guardsolve.errors import (
+    GraphError, GuardFailure, GuardsolveError, ParseError, SolverError, TraceError,
+    UnsatisfiableGuardsError, UnsupportedOpError, VerificationError,
+)
+from guardsolve.guards import guard_graph
+from guardsolve.ir import Graph, Node, SourceLoc
+from guardsolve.ops import Op, Type
+from guardsolve.printer import print_guards
+from guardsolve.tracer import Trace, trace
+
+__all__ = [
+    "Graph", "GraphError", "GuardFailure", "GuardsolveError", "Node", "Op", "ParseError",
+    "SolverError", "SourceLoc", "Trace", "TraceError", "Type", "UnsatisfiableGuardsError",
+    "UnsupportedOpError", "VerificationError", "guard_graph", "print_guards", "run_concrete",
+    "run_trace", "trace",
+]

@@ -1,0 +1,147 @@
+"""The guardsolve error hierarchy: one exception class per concern."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from guardsolve.ir import Node, SourceLoc
+
+
+class GuardsolveError(Exception):
+    """Base class of every error guardsolve raises on purpose."""
+
+
+# -- graphs -------------------------------------------------------------------
+
+
+class GraphError(GuardsolveError):
+    """An ill-formed graph: unknown op, wrong arity or type, bad names."""
+
+    def __init__(self, message: str, node: "Node | None" = None, index: int | None = None):
+        where = ""
+        if node is not None:
+            where = f"node {index} `{node}`: " if index is not None else f"node `{node}`: "
+        super().__init__(where + message)
+        self.node = node
+        self.index = index
+
+
+class ParseError(GraphError):
+    """Malformed graph text; names the line and column."""
+
+    def __init__(self, message: str, line: int, column: int, text: str = ""):
+        GuardsolveError.__init__(self, f"line {line}, column {column}: {message}" + (f"\n  {text}" if text else ""))
+        self.node = None
+        self.index = None
+        self.line = line
+        self.column = column
+
+
+class MissingRuleError(GuardsolveError):
+    """An interpretation has no rule for an op."""
+
+    def __init__(self, op: str, table: str, node: "Node | None" = None):
+        at = f" (while interpreting `{node}`)" if node is not None else ""
+        super().__init__(f"the {table} rule table has no rule for op {op}{at}")
+        self.op = op
+        self.table = table
+
+
+class InterpretError(GuardsolveError):
+    """A rule raised while interpreting a node; wraps the cause with the node."""
+
+
+# -- tracing ------------------------------------------------------------------
+
+
+class TraceError(GuardsolveError):
+    """Tracing a user function failed."""
+
+
+class UnsupportedOpError(TraceError):
+    """The tracer met a torch function or tensor method it has no rule for."""
+
+    def __init__(self, name: str, supported: Sequence[str]):
+        super().__init__(
+            f"guardsolve cannot trace `{name}` yet; supported torch functions and methods: "
+            + ", ".join(sorted(supported))
+        )
+        self.name = name
+        self.supported = tuple(sorted(supported))
+
+
+class GuardFailure(GuardsolveError):
+    """A bailout saw a different value than the one recorded at trace time."""
+
+    def __init__(self, expected: bool, node: "Node | None" = None, loc: "SourceLoc | None" = None,
+                 values: Mapping[str, Any] | None = None):
+        self.expected = expected
+        self.node = node
+        self.loc = loc
+        self.values = dict(values or {})
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        what = f"`{self.node}`" if self.node is not None else "a bailout"
+        msg = f"guard failed: {what} expected {self.expected}, got {not self.expected}"
+        if self.loc is not None:
+            msg += f" — {self.loc}"
+        return msg
+
+    def at(self, node: "Node") -> "GuardFailure":
+        """The same failure, attributed to `node` and its source location."""
+        return GuardFailure(self.expected, node, node.meta.get("loc"), self.values)
+
+
+# -- solving ------------------------------------------------------------------
+
+
+class SolverError(GuardsolveError):
+    """Simplification or verification could not be carried out."""
+
+
+class UnsatisfiableGuardsError(SolverError):
+    """The guards contradict each other: no input satisfies them."""
+
+    def __init__(self, conflict: Sequence[str], detail: str = ""):
+        self.conflict = tuple(conflict)
+        text = "unsatisfiable guards: " + " and ".join(self.conflict)
+        super().__init__(text + (f" ({detail})" if detail else ""))
+
+
+class VerificationError(SolverError):
+    """A z3 proof about a GuardSet failed; carries a counterexample."""
+
+    def __init__(self, message: str, counterexample: Mapping[str, int] | None = None):
+        self.counterexample = dict(counterexample or {})
+        cx = ", ".join(f"{k}={v}" for k, v in sorted(self.counterexample.items()))
+        super().__init__(message + (f" (counterexample: {cx})" if cx else ""))
+
+
+class UnknownOpError(GraphError):
+    """A node names an op that is not in the op table."""
+
+
+class ArityError(GraphError):
+    """A node has the wrong number of inputs, outputs or params."""
+
+
+class TypeMismatchError(GraphError):
+    """A node's input has a different type than the op's signature says."""
+
+
+class UndefinedNameError(GraphError):
+    """A node uses a name that no node defines."""
+
+
+class UseBeforeDefinitionError(GraphError):
+    """A node uses a name that is only defined by a later node."""
+
+
+class DuplicateNameError(GraphError):
+    """Two nodes define the same output name."""
+
+
+class InputMismatchError(GuardsolveError):
+    """Inputs given to a trace or check do not fit its signature (count, kind or rank)."""

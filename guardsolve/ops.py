@@ -1,0 +1,115 @@
+"""Ops are data: every op of the IR with its signature (input types, result type, params).
+
+>>> SPECS[Op.INT_EQ].inputs
+(<Type.INT: 'int'>, <Type.INT: 'int'>)
+>>> Op("size_ctor").name
+'SIZE_CTOR'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Mapping
+
+
+class Type(Enum):
+    """The value types of the IR."""
+
+    BOOL = "bool"
+    INT = "int"
+    SIZE = "size"
+    TENSOR = "tensor"
+
+
+class Op(Enum):
+    """Every op of the IR; the value is its spelling in the text format."""
+
+    BOOL_BAILOUT = "bool_bailout"
+    BOOL_CONST = "bool_const"
+    BOOL_NOT = "bool_not"
+    BOOL_AND = "bool_and"
+    BOOL_OR = "bool_or"
+    INT_CONST = "int_const"
+    INT_PLACEHOLDER = "int_placeholder"
+    INT_ARG = "int_arg"
+    INT_ADD = "int_add"
+    INT_SUB = "int_sub"
+    INT_MUL = "int_mul"
+    INT_FLOORDIV = "int_floordiv"
+    INT_MOD = "int_mod"
+    INT_EQ = "int_eq"
+    INT_NE = "int_ne"
+    INT_LT = "int_lt"
+    INT_LE = "int_le"
+    INT_GT = "int_gt"
+    INT_GE = "int_ge"
+    SIZE_INDEX = "size_index"
+    SIZE_CTOR = "size_ctor"
+    VAR_PLACEHOLDER = "var_placeholder"
+    VAR_ADD = "var_add"
+    VAR_SUB = "var_sub"
+    VAR_MUL = "var_mul"
+    VAR_DIV = "var_div"
+    VAR_SIZE = "var_size"
+    VAR_EXPAND = "var_expand"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Signature of an op: fixed input types, optional variadic tail, result, params."""
+
+    inputs: tuple[Type, ...]
+    result: Type | None
+    params: Mapping[str, type] = field(default_factory=dict)
+    variadic: Type | None = None
+
+
+_I, _B, _S, _T = Type.INT, Type.BOOL, Type.SIZE, Type.TENSOR
+
+
+def _binary(t: Type, r: Type) -> OpSpec:
+    return OpSpec((t, t), r)
+
+
+INT_ARITH = frozenset({Op.INT_ADD, Op.INT_SUB, Op.INT_MUL, Op.INT_FLOORDIV, Op.INT_MOD})
+INT_COMPARE = frozenset({Op.INT_EQ, Op.INT_NE, Op.INT_LT, Op.INT_LE, Op.INT_GT, Op.INT_GE})
+BOOL_LOGIC = frozenset({Op.BOOL_NOT, Op.BOOL_AND, Op.BOOL_OR})
+TENSOR_ELEMENTWISE = frozenset({Op.VAR_ADD, Op.VAR_SUB, Op.VAR_MUL, Op.VAR_DIV})
+PLACEHOLDERS = frozenset({Op.INT_PLACEHOLDER, Op.INT_ARG, Op.VAR_PLACEHOLDER})
+# Ops that may appear in a guard graph (the result of guard_graph or a parsed guard file).
+GUARD_OPS = INT_ARITH | INT_COMPARE | BOOL_LOGIC | {
+    Op.BOOL_BAILOUT, Op.BOOL_CONST, Op.INT_CONST, Op.INT_PLACEHOLDER, Op.INT_ARG,
+}
+
+SPECS: Mapping[Op, OpSpec] = {
+    Op.BOOL_BAILOUT: OpSpec((_B,), None, {"expect": bool}),
+    Op.BOOL_CONST: OpSpec((), _B, {"val": bool}),
+    Op.BOOL_NOT: OpSpec((_B,), _B),
+    Op.BOOL_AND: _binary(_B, _B),
+    Op.BOOL_OR: _binary(_B, _B),
+    Op.INT_CONST: OpSpec((), _I, {"val": int}),
+    Op.INT_PLACEHOLDER: OpSpec((), _I, {"name": str}),
+    Op.INT_ARG: OpSpec((), _I, {"name": str}),
+    **{op: _binary(_I, _I) for op in INT_ARITH},
+    **{op: _binary(_I, _B) for op in INT_COMPARE},
+    Op.SIZE_INDEX: OpSpec((_S,), _I, {"index": int}),
+    Op.SIZE_CTOR: OpSpec((), _S, variadic=_I),
+    Op.VAR_PLACEHOLDER: OpSpec((), _T, {"name": str, "rank": int}),
+    **{op: _binary(_T, _T) for op in TENSOR_ELEMENTWISE},
+    Op.VAR_SIZE: OpSpec((_T,), _S),
+    Op.VAR_EXPAND: OpSpec((_T, _S), _T),
+}
+
+assert set(SPECS) == set(Op), "every op needs a signature"
+
+
+def lookup(name: str) -> Op | None:
+    """The op spelled `name` in the text format, or None."""
+    try:
+        return Op(name)
+    except ValueError:
+        return None

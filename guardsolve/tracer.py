@@ -1,0 +1,108 @@
+"""`trace(fn, *example_inputs)`: run a PyTorch function on guarded values and record its trace.
+
+>>> import torch
+>>> t = trace(lambda a, b: a + b, torch.ones(4), torch.ones(4))
+>>> print(t.graph.nodes[0])
+a = var_placeholder(name=a, rank=1)
+>>> len(t.graph.bailouts())
+5
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from guardsolve.errors import TraceError
+from guardsolve.guarded import GuardedBool, GuardedInt, GuardedSize
+from guardsolve.ir import Graph
+from guardsolve.ops import Op
+from guardsolve.record import ACTIVE, Recorder
+from guardsolve.signature import Param, dim_names
+from guardsolve.tensor import TracedTensor
+
+
+@dataclass
+class Trace:
+    """A recorded trace: the tensor-trace `graph` and the concrete `output` of the run."""
+
+    graph: Graph
+    output: Any
+    signature: tuple[Param, ...]
+    fn: Callable[..., Any] | None = None
+
+    def guard_graph(self) -> Graph:
+        from guardsolve.guards import guard_graph
+
+        return guard_graph(self.graph)
+
+
+def parameter_names(fn: Callable[..., Any], n: int) -> list[str]:
+    """The names of fn's first `n` positional parameters (`*args` become `args_0`, ...)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names: list[str] = []
+    for p in params:
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+        elif p.kind is p.VAR_POSITIONAL:
+            names.extend(f"{p.name}_{i}" for i in range(n - len(names)))
+    if len(names) < n:
+        raise TraceError(f"{getattr(fn, '__name__', fn)} takes {len(names)} positional arguments, "
+                         f"but {n} example inputs were given")
+    return names[:n]
+
+
+def trace(fn: Callable[..., Any], *example_inputs: Any) -> Trace:
+    """Run `fn` on guarded versions of `example_inputs`, recording a tensor trace.
+
+    Tensors become `var_placeholder`s and Python ints `int_arg`s, named after fn's
+    parameters. Every Python observation of a shape becomes a `bool_bailout`.
+    """
+    names = parameter_names(fn, len(example_inputs))
+    rec = Recorder()
+    kinds: list[tuple[str, str, int]] = []
+    args: list[Any] = []
+    for name, value in zip(names, example_inputs):
+        if isinstance(value, torch.Tensor):
+            rank = value.dim()
+            rec.graph.emit(Op.VAR_PLACEHOLDER, (), out=name, name=name, rank=rank)
+            args.append(TracedTensor(value, name, rec))
+            kinds.append((name, "tensor", rank))
+        elif isinstance(value, int) and not isinstance(value, bool):
+            rec.graph.emit(Op.INT_ARG, (), out=name, name=name)
+            args.append(GuardedInt(value, name, rec))
+            kinds.append((name, "int", 0))
+        else:
+            raise TraceError(f"cannot trace argument {name!r} of type {type(value).__name__}: "
+                             "only torch.Tensor and int inputs are supported")
+    signature = dim_names(kinds)
+    rec.graph.meta["signature"] = signature
+    token = ACTIVE.set(rec)
+    try:
+        result = fn(*args)
+    finally:
+        ACTIVE.reset(token)
+    return Trace(rec.graph, unwrap(result), signature, fn)
+
+
+def unwrap(v: Any) -> Any:
+    """Replace guarded values in an output structure by their concrete values."""
+    if isinstance(v, TracedTensor):
+        return v.value
+    if isinstance(v, (GuardedInt, GuardedBool)):
+        return v.value
+    if isinstance(v, GuardedSize):
+        return torch.Size(v.value)
+    if isinstance(v, tuple):
+        return tuple(unwrap(x) for x in v)
+    if isinstance(v, list):
+        return [unwrap(x) for x in v]
+    if isinstance(v, dict):
+        return {k: unwrap(x) for k, x in v.items()}
+    return v
