@@ -19,3 +19,8 @@ __all__ = [
     "UnsupportedOpError", "VerificationError", "guard_graph", "print_guards", "run_concrete",
     "run_trace", "trace",
 ]
+
+from guardsolve.guardset import Certificate, GuardSet  # noqa: E402
+from guardsolve.simplify import simplify  # noqa: E402
+
+__all__ += ["Certificate", "GuardSet", "simplify"]

@@ -1,0 +1,318 @@
+"""Symbolic normal form of guards: integer polynomials over dims and opaque `//`, `%` terms,
+and formulas `P == 0`, `P != 0`, `P <= 0` combined with `or`/`and`.
+
+>>> x, y = Poly.var("x"), Poly.var("y")
+>>> rel("lt", x, y)          # x < y  is  x - y + 1 <= 0
+Rel(op='le', poly=x - y + 1)
+>>> negate(rel("eq", x * Poly.const(2), y))
+Rel(op='ne', poly=2*x - y)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import reduce
+from typing import Callable, Iterable, Mapping, Union
+
+# An atom is a dim name or an opaque division term.
+Atom = Union[str, "Div"]
+Monomial = tuple  # sorted tuple of atoms; () is the constant monomial
+
+
+def atom_key(a: Atom) -> tuple[int, str]:
+    return (0, a) if isinstance(a, str) else (1, str(a))
+
+
+@dataclass(frozen=True)
+class Poly:
+    """An integer polynomial: a frozen mapping from monomials to non-zero coefficients."""
+
+    terms: frozenset  # of (Monomial, int)
+
+    @staticmethod
+    def of(d: Mapping[Monomial, int]) -> "Poly":
+        return Poly(frozenset((m, c) for m, c in d.items() if c != 0))
+
+    @staticmethod
+    def const(c: int) -> "Poly":
+        return Poly.of({(): c})
+
+    @staticmethod
+    def var(a: Atom) -> "Poly":
+        return Poly.of({(a,): 1})
+
+    def as_dict(self) -> dict[Monomial, int]:
+        return dict(self.terms)
+
+    def __add__(self, o: "Poly") -> "Poly":
+        d = self.as_dict()
+        for m, c in o.terms:
+            d[m] = d.get(m, 0) + c
+        return Poly.of(d)
+
+    def scale(self, k: int) -> "Poly":
+        return Poly.of({m: c * k for m, c in self.terms})
+
+    def __neg__(self) -> "Poly":
+        return self.scale(-1)
+
+    def __sub__(self, o: "Poly") -> "Poly":
+        return self + (-o)
+
+    def __mul__(self, o: "Poly") -> "Poly":
+        d: dict[Monomial, int] = {}
+        for m1, c1 in self.terms:
+            for m2, c2 in o.terms:
+                m = tuple(sorted(m1 + m2, key=atom_key))
+                d[m] = d.get(m, 0) + c1 * c2
+        return Poly.of(d)
+
+    @property
+    def constant(self) -> int:
+        return dict(self.terms).get((), 0)
+
+    def is_const(self) -> bool:
+        return all(m == () for m, _ in self.terms)
+
+    def nonconst(self) -> dict[Monomial, int]:
+        return {m: c for m, c in self.terms if m != ()}
+
+    def atoms(self) -> set[Atom]:
+        return {a for m, _ in self.terms for a in m}
+
+    def dims(self) -> set[str]:
+        """Every dim mentioned, also inside opaque terms."""
+        out: set[str] = set()
+        for a in self.atoms():
+            out |= {a} if isinstance(a, str) else a.dims()
+        return out
+
+    def substitute(self, f: Callable[[str], "Poly"]) -> "Poly":
+        total = Poly.const(0)
+        for m, c in self.terms:
+            p = Poly.const(c)
+            for a in m:
+                p = p * (f(a) if isinstance(a, str) else a.substitute(f))
+            total = total + p
+        return total
+
+    def sorted_terms(self, key: Callable[[Atom], tuple] = atom_key) -> list[tuple[Monomial, int]]:
+        return sorted(self.terms, key=lambda t: (len(t[0]) == 0, [key(a) for a in t[0]]))
+
+    def render(self, key: Callable[[Atom], tuple] = atom_key) -> str:
+        """Python source; `x - y + 1`."""
+        out = ""
+        for m, c in self.sorted_terms(key):
+            body = "*".join(render_atom(a, key) for a in m)
+            mag = abs(c)
+            term = str(mag) if not m else (body if mag == 1 else f"{mag}*{body}")
+            out += (("-" if c < 0 else "") + term) if not out else ((" - " if c < 0 else " + ") + term)
+        return out or "0"
+
+    def __repr__(self) -> str:
+        return self.render()
+
+
+def render_atom(a: Atom, key: Callable[[Atom], tuple] = atom_key) -> str:
+    """A dim bare, a division in parentheses (safe inside any product or sum)."""
+    return a if isinstance(a, str) else f"({a.render(key)})"
+
+
+@dataclass(frozen=True)
+class Div:
+    """Opaque `num // den` (kind 'floordiv') or `num % den` (kind 'mod'), Python semantics."""
+
+    kind: str
+    num: Poly
+    den: Poly
+
+    def dims(self) -> set[str]:
+        return self.num.dims() | self.den.dims()
+
+    def substitute(self, f: Callable[[str], Poly]) -> Poly:
+        return divide(self.kind, self.num.substitute(f), self.den.substitute(f))
+
+    def render(self, key: Callable[[Atom], tuple] = atom_key) -> str:
+        sym = "//" if self.kind == "floordiv" else "%"
+        return f"{_paren(self.num, key)} {sym} {_paren(self.den, key)}"
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+def _paren(p: Poly, key: Callable[[Atom], tuple]) -> str:
+    s = p.render(key)
+    simple = len(p.terms) == 1 and (p.is_const() and p.constant >= 0 or
+                                   not p.is_const() and next(iter(p.terms))[1] == 1 and len(next(iter(p.terms))[0]) == 1)
+    return s if simple else f"({s})"
+
+
+def divide(kind: str, num: Poly, den: Poly) -> Poly:
+    """`num // den` or `num % den`, folded where exact; the caller guards `den != 0`."""
+    if den.is_const() and den.constant != 0:
+        c = den.constant
+        rest = num.nonconst()
+        if all(v % c == 0 for v in rest.values()):
+            k = num.constant
+            if kind == "floordiv":
+                return Poly.of({m: v // c for m, v in rest.items()}) + Poly.const(k // c)
+            return Poly.const(k % c)
+        if c == 1:
+            return num if kind == "floordiv" else Poly.const(0)
+    return Poly.var(Div(kind, num, den))
+
+
+# -- formulas -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rel:
+    """`poly op 0` with op in eq, ne, le."""
+
+    op: str
+    poly: Poly
+
+    def dims(self) -> set[str]:
+        return self.poly.dims()
+
+
+@dataclass(frozen=True)
+class Or:
+    args: frozenset
+
+    def dims(self) -> set[str]:
+        return set().union(*(a.dims() for a in self.args))
+
+
+@dataclass(frozen=True)
+class And:
+    args: frozenset
+
+    def dims(self) -> set[str]:
+        return set().union(*(a.dims() for a in self.args))
+
+
+@dataclass(frozen=True)
+class Const:
+    value: bool
+
+    def dims(self) -> set[str]:
+        return set()
+
+
+TRUE, FALSE = Const(True), Const(False)
+Formula = Union[Rel, Or, And, Const]
+
+
+def rel(op: str, a: Poly, b: Poly) -> Formula:
+    """The comparison `a op b` (op: eq ne lt le gt ge) in normal form."""
+    d = a - b
+    if op == "eq":
+        return normal(Rel("eq", d))
+    if op == "ne":
+        return normal(Rel("ne", d))
+    if op == "lt":
+        return normal(Rel("le", d + Poly.const(1)))
+    if op == "le":
+        return normal(Rel("le", d))
+    if op == "gt":
+        return normal(Rel("le", -d + Poly.const(1)))
+    if op == "ge":
+        return normal(Rel("le", -d))
+    raise ValueError(f"unknown comparison {op!r}")
+
+
+def normal(r: Rel, key: Callable[[Atom], tuple] = atom_key) -> Formula:
+    """Fold constants, divide by the gcd of coefficients, make the leading coefficient positive."""
+    p = r.poly
+    if p.is_const():
+        c = p.constant
+        return Const({"eq": c == 0, "ne": c != 0, "le": c <= 0}[r.op])
+    rest = p.nonconst()
+    g = reduce(math.gcd, (abs(v) for v in rest.values()))
+    k = p.constant
+    if r.op in ("eq", "ne"):
+        if k % g != 0:
+            return Const(r.op == "ne")
+        lead = min(rest, key=lambda m: [key(a) for a in m])
+        sign = -1 if rest[lead] < 0 else 1
+        return Rel(r.op, Poly.of({m: v * sign // g for m, v in p.terms}))
+    # le: g*Q + k <= 0  <=>  Q + ceil(k/g) <= 0
+    q = {m: v // g for m, v in rest.items()}
+    q[()] = -((-k) // g)
+    return Rel("le", Poly.of(q))
+
+
+def negate(f: Formula) -> Formula:
+    if isinstance(f, Const):
+        return Const(not f.value)
+    if isinstance(f, Rel):
+        if f.op == "eq":
+            return Rel("ne", f.poly)
+        if f.op == "ne":
+            return Rel("eq", f.poly)
+        return normal(Rel("le", -f.poly + Poly.const(1)))
+    if isinstance(f, Or):
+        return conj(negate(a) for a in f.args)
+    return disj(negate(a) for a in f.args)
+
+
+def disj(args: Iterable[Formula]) -> Formula:
+    out: set[Formula] = set()
+    for a in args:
+        if a == TRUE:
+            return TRUE
+        if a == FALSE:
+            continue
+        out |= set(a.args) if isinstance(a, Or) else {a}
+    if not out:
+        return FALSE
+    return next(iter(out)) if len(out) == 1 else Or(frozenset(out))
+
+
+def conj(args: Iterable[Formula]) -> Formula:
+    out: set[Formula] = set()
+    for a in args:
+        if a == FALSE:
+            return FALSE
+        if a == TRUE:
+            continue
+        out |= set(a.args) if isinstance(a, And) else {a}
+    if not out:
+        return TRUE
+    return next(iter(out)) if len(out) == 1 else And(frozenset(out))
+
+
+def conjuncts(f: Formula) -> list[Formula]:
+    """Top-level conjuncts (an `And` splits into separate constraints)."""
+    if isinstance(f, And):
+        return list(f.args)
+    return [] if f == TRUE else [f]
+
+
+def substitute(f: Formula, s: Callable[[str], Poly]) -> Formula:
+    """Replace dims by polynomials and renormalize."""
+    if isinstance(f, Const):
+        return f
+    if isinstance(f, Rel):
+        return normal(Rel(f.op, f.poly.substitute(s)))
+    parts = [substitute(a, s) for a in f.args]
+    return disj(parts) if isinstance(f, Or) else conj(parts)
+
+
+def divisors(p: Poly) -> list[Poly]:
+    """Denominators of every opaque division in `p` (they must be non-zero)."""
+    out: list[Poly] = []
+    for a in p.atoms():
+        if isinstance(a, Div):
+            out += divisors(a.num) + divisors(a.den) + [a.den]
+    return out
+
+
+def formula_divisors(f: Formula) -> list[Poly]:
+    if isinstance(f, Const):
+        return []
+    if isinstance(f, Rel):
+        return divisors(f.poly)
+    return [d for a in f.args for d in formula_divisors(a)]

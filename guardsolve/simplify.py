@@ -1,0 +1,326 @@
+"""`simplify(graph)`: the minimal, provably equivalent guard set of a trace or guard graph.
+
+normalize -> union-find -> ordering layer -> z3 (per independent component). Each stage is
+sound on its own; together they leave a set where no constraint is implied by the others
+(and by `size >= 0`). For the notebook's `a + b` on two `[4]` tensors:
+
+    assert not (a0 == 1)                 a0 == b0
+    assert not (b0 == 1)         ->      a0 != 1
+    assert (a0 == b0)
+    assert (a0 == a0)
+    assert (b0 == a0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import networkx as nx
+
+from guardsolve.constraint import Constraint, DimOrder, render_eq, render_formula, render_ne, render_order
+from guardsolve.errors import UnsatisfiableGuardsError
+from guardsolve.expr import FALSE, TRUE, Formula, Poly, Rel, conjuncts, substitute
+from guardsolve.guards import guard_graph, is_guard_graph, signature_of
+from guardsolve.guardset import GuardSet
+from guardsolve.ir import Graph
+from guardsolve.normalize import Atom, describe, normalize
+from guardsolve.order import Z, OrderLayer
+from guardsolve.smt import reduce_component
+from guardsolve.unify import Conflict, UnionFind
+
+DEFAULT_TIMEOUT_MS = 5000
+
+Prov = frozenset
+
+
+def classify(f: Formula) -> tuple[Any, ...]:
+    """Which layer owns a normalized atom.
+
+    ("eq", x, y, k): x == y + k      ("bind", x, c): x == c
+    ("le", u, v, w): v - u <= w       ("ne", u, v, k): v - u != k      ("general",)
+    (u may be the zero node Z.)
+    """
+    if not isinstance(f, Rel):
+        return ("general",)
+    lin = f.poly.nonconst()
+    if not all(len(m) == 1 and isinstance(m[0], str) for m in lin) or len(lin) > 2:
+        return ("general",)
+    k = f.poly.constant
+    coef = {m[0]: c for m, c in lin.items()}
+    if len(coef) == 1:
+        (x, c), = coef.items()
+        if c not in (1, -1):
+            return ("general",)
+        if f.op == "eq":
+            return ("bind", x, -k * c)
+        if f.op == "ne":
+            return ("ne", Z, x, -k * c)
+        return ("le", Z, x, -k) if c == 1 else ("le", x, Z, -k)
+    if sorted(coef.values()) != [-1, 1]:
+        return ("general",)
+    x = next(d for d, c in coef.items() if c == 1)
+    y = next(d for d, c in coef.items() if c == -1)
+    # x - y + k  op  0
+    if f.op == "eq":
+        return ("eq", x, y, -k)
+    if f.op == "ne":
+        return ("ne", y, x, -k)
+    return ("le", y, x, -k)
+
+
+@dataclass
+class _State:
+    """Facts gathered so far: equalities (with provenance) and the other atoms."""
+
+    eqs: list[tuple[tuple[Any, ...], Prov]] = field(default_factory=list)
+    rest: list[Atom] = field(default_factory=list)
+    implied: set[int] = field(default_factory=set)
+
+
+class Simplifier:
+    """Owns the stages' state for one guard graph."""
+
+    def __init__(self, graph: Graph, timeout_ms: int):
+        self.graph = graph
+        self.timeout_ms = timeout_ms
+        self.norm = normalize(graph)
+        self.order = DimOrder(self.norm.dims)
+        self.sizes = set(self.norm.sizes)
+
+    def fail(self, provs: Any, detail: str = "") -> UnsatisfiableGuardsError:
+        nodes: set[int] = set()
+        for p in provs:
+            if isinstance(p, (set, frozenset)):
+                nodes |= p
+            elif isinstance(p, int):
+                nodes.add(p)
+        return UnsatisfiableGuardsError([describe(self.graph, i) for i in sorted(nodes)], detail)
+
+    # -- stages ----------------------------------------------------------------------------
+
+    def run(self) -> tuple[list[Constraint], set[int], list[str]]:
+        st = _State()
+        for a in self.norm.atoms:
+            c = classify(a.formula)
+            if c[0] in ("eq", "bind"):
+                st.eqs.append((c, a.prov))
+            else:
+                st.rest.append(a)
+        while True:
+            uf = self._unify(st.eqs)
+            atoms, new_eqs = self._substitute(uf, st)
+            if new_eqs:
+                st.eqs += new_eqs
+                continue
+            layer, general = self._order_layer(uf, atoms)
+            try:
+                res = layer.solve()
+            except Conflict as c:
+                raise self.fail(c.ids, "the comparisons contradict each other") from None
+            if res.equalities:
+                for v, u, k, prov in res.equalities:
+                    st.eqs.append((("bind", v, k) if u == Z else ("eq", v, u, k), frozenset(prov)))
+                continue
+            break
+        implied = st.implied | layer.implied
+        undecided: list[str] = []
+        kept_edges = res.edges
+        kept_diseqs = [d for d, _ in res.diseqs]
+        kept_general = general
+        hard = self._components(kept_edges, kept_diseqs, general, {d for d, bounded in res.diseqs if bounded})
+        for comp_edges, comp_diseqs, comp_general in hard:
+            items: list[tuple[Formula, str, Prov, Any]] = []
+            for a in comp_general:
+                items.append((a.formula, render_formula(a.formula, self.order), a.prov, a))
+            for d in comp_diseqs:
+                items.append((self._ne_formula(d.u, d.v, d.k), render_ne(self.order, d.u, d.v, d.k), d.prov, d))
+            for e in comp_edges:
+                items.append((self._le_formula(e.u, e.v, e.w), render_order(self.order, e.u, e.v, e.w), frozenset(e.prov), e))
+            red = reduce_component([i[0] for i in items], self.sizes, self.timeout_ms, [i[1] for i in items],
+                                   lambda idx: self.fail([items[j][2] for j in idx]))
+            undecided += red.undecided
+            for j in red.removed:
+                implied |= items[j][2]
+                obj = items[j][3]
+                kept_general = [g for g in kept_general if g is not obj]
+                kept_diseqs = [g for g in kept_diseqs if g is not obj]
+                kept_edges = [g for g in kept_edges if g is not obj]
+        out = self._equalities(uf, st.eqs)
+        out += [Constraint("order", self._le_formula(e.u, e.v, e.w), render_order(self.order, e.u, e.v, e.w),
+                           frozenset(e.prov), self._dims(e.u, e.v)) for e in kept_edges]
+        out += [Constraint("ne", self._ne_formula(d.u, d.v, d.k), render_ne(self.order, d.u, d.v, d.k),
+                           frozenset(d.prov), self._dims(d.u, d.v)) for d in kept_diseqs]
+        out += [Constraint("general", a.formula, render_formula(a.formula, self.order), a.prov,
+                           tuple(sorted(a.formula.dims(), key=self.order.key))) for a in kept_general]
+        out.sort(key=lambda c: c.sort_key(self.order))
+        used = set().union(*(c.prov for c in out)) if out else set()
+        return out, (implied | set(self.norm.tautologies)) - used, undecided
+
+    def _dims(self, *names: str) -> tuple[str, ...]:
+        return tuple(sorted((n for n in names if n != Z), key=self.order.key))
+
+    @staticmethod
+    def _le_formula(u: str, v: str, w: int) -> Formula:
+        p = (Poly.var(v) if v != Z else Poly.const(0)) - (Poly.var(u) if u != Z else Poly.const(0))
+        return Rel("le", p - Poly.const(w))
+
+    @staticmethod
+    def _ne_formula(u: str, v: str, k: int) -> Formula:
+        p = (Poly.var(v) if v != Z else Poly.const(0)) - (Poly.var(u) if u != Z else Poly.const(0))
+        return Rel("ne", p - Poly.const(k))
+
+    def _unify(self, eqs: list[tuple[tuple[Any, ...], Prov]]) -> UnionFind:
+        uf = UnionFind(self.norm.dims)
+        try:
+            for c, prov in eqs:
+                if c[0] == "eq":
+                    uf.union(c[1], c[2], c[3], prov)
+                else:
+                    uf.bind(c[1], c[2], prov)
+        except Conflict as e:
+            raise self.fail(e.ids, "the equalities contradict each other") from None
+        self.reps: dict[str, tuple[str, int]] = {}
+        for r, members in uf.classes().items():
+            first = min(members, key=self.order.key)
+            self.reps[r] = (first, uf.find(first)[1])
+        for x in self.sizes:
+            v = uf.value(x)
+            if v is not None and v < 0:
+                related = [p for c, p in eqs if x in c[1:3] or uf.find(c[1])[0] == uf.find(x)[0]]
+                raise self.fail(related, f"they force size {x} to be {v}")
+        return uf
+
+    def _subst(self, uf: UnionFind) -> Callable[[str], Poly]:
+        def s(x: str) -> Poly:
+            root, off = uf.find(x)
+            if root in uf.const:
+                return Poly.const(uf.const[root] + off)
+            rep, roff = self.reps[root]
+            return Poly.var(rep) + Poly.const(off - roff)
+        return s
+
+    def _substitute(self, uf: UnionFind, st: _State) -> tuple[list[Atom], list[tuple[tuple[Any, ...], Prov]]]:
+        """Rewrite every non-equality atom over class representatives.
+
+        Equalities that appear (`a0*a1 == b0` with `a1 == 1`) are returned as new facts; on
+        the next round the same atom substitutes to True for that part.
+        """
+        s = self._subst(uf)
+        atoms: dict[Formula, set[int]] = {}
+        new_eqs: list[tuple[tuple[Any, ...], Prov]] = []
+        for a in st.rest:
+            f = substitute(a.formula, s)
+            if f == TRUE:
+                st.implied |= a.prov
+                continue
+            if f == FALSE:
+                raise self.fail([a.prov] + self._eq_provs(st, a), "it contradicts the equalities")
+            for c in conjuncts(f):
+                kind = classify(c)
+                if kind[0] in ("eq", "bind"):
+                    new_eqs.append((kind, a.prov))
+                else:
+                    atoms.setdefault(c, set()).update(a.prov)
+        return [Atom(f, frozenset(p)) for f, p in atoms.items()], new_eqs
+
+    def _eq_provs(self, st: _State, a: Atom) -> list[Prov]:
+        dims = a.formula.dims()
+        return [p for c, p in st.eqs if set(c[1:2]) & dims or (c[0] == "eq" and c[2] in dims)]
+
+    def _order_layer(self, uf: UnionFind, atoms: list[Atom]) -> tuple[OrderLayer, list[Atom]]:
+        layer = OrderLayer()
+        for x in self.sizes:
+            root, off = uf.find(x)
+            if root in uf.const:
+                continue
+            rep, roff = self.reps[root]
+            # x = rep + (off - roff) >= 0  <=>  Z - rep <= off - roff
+            layer.add_edge(rep, Z, off - roff, background=True)
+        general: list[Atom] = []
+        for a in atoms:
+            c = classify(a.formula)
+            if c[0] == "le":
+                layer.add_edge(c[1], c[2], c[3], set(a.prov))
+            elif c[0] == "ne":
+                layer.add_diseq(c[1], c[2], c[3], a.prov)
+            else:
+                general.append(a)
+        return layer, general
+
+    def _components(self, edges: list[Any], diseqs: list[Any], general: list[Atom], bounded: set[Any]
+                    ) -> list[tuple[list[Any], list[Any], list[Atom]]]:
+        """Independent components (by shared dims) that need z3: general atoms or bounded diseqs."""
+        g = nx.Graph()
+        items: list[tuple[str, Any, list[str]]] = []
+        for e in edges:
+            items.append(("e", e, [n for n in (e.u, e.v) if n != Z]))
+        for d in diseqs:
+            items.append(("d", d, [n for n in (d.u, d.v) if n != Z]))
+        for a in general:
+            items.append(("g", a, sorted(a.formula.dims())))
+        for i, (_, _, dims) in enumerate(items):
+            g.add_node(("item", i))
+            for dim in dims:
+                g.add_edge(("item", i), ("dim", dim))
+        out = []
+        for comp in nx.connected_components(g):
+            idx = sorted(i for kind, i in comp if kind == "item")
+            chosen = [items[i] for i in idx]
+            if not any(k == "g" or (k == "d" and obj in bounded) for k, obj, _ in chosen):
+                continue
+            out.append(([o for k, o, _ in chosen if k == "e"], [o for k, o, _ in chosen if k == "d"],
+                        [o for k, o, _ in chosen if k == "g"]))
+        return out
+
+    def _equalities(self, uf: UnionFind, eqs: list[tuple[tuple[Any, ...], Prov]]) -> list[Constraint]:
+        """Each class as equalities to its earliest dim; a bound class as `x == c` per member."""
+        owner: dict[str, set[int]] = {}
+        for c, prov in eqs:
+            dims = [c[1]] if c[0] == "bind" else [c[1], c[2]]
+            root = uf.find(dims[0])[0]
+            rep = self.reps[root][0]
+            if root in uf.const:
+                target = max(dims, key=self.order.key) if c[0] == "eq" else dims[0]
+            else:
+                others = [d for d in dims if d != rep]
+                target = max(others or dims, key=self.order.key)
+            owner.setdefault(target, set()).update(prov)
+        out = []
+        for root, members in uf.classes().items():
+            if len(members) == 1 and root not in uf.const:
+                continue
+            rep, roff = self.reps[root]
+            for x in sorted(members, key=self.order.key):
+                _, off = uf.find(x)
+                if root in uf.const:
+                    val = uf.const[root] + off
+                    out.append(Constraint("eq", Rel("eq", Poly.var(x) - Poly.const(val)), f"{x} == {val}",
+                                          frozenset(owner.get(x, set())), (x,)))
+                elif x != rep:
+                    k = off - roff
+                    out.append(Constraint("eq", Rel("eq", Poly.var(x) - Poly.var(rep) - Poly.const(k)),
+                                          render_eq(self.order, x, rep, k), frozenset(owner.get(x, set())),
+                                          (rep, x)))
+        return out
+
+
+def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> GuardSet:
+    """The minimal constraint set accepting exactly the inputs all bailouts accept.
+
+    `graph` is a tensor trace, a guard graph (also one parsed from text), or a `Trace`.
+    Raises `UnsatisfiableGuardsError` when no input satisfies the guards.
+    """
+    from guardsolve.tracer import Trace
+
+    if isinstance(graph, Trace):
+        graph = graph.graph
+    gg = guard_graph(graph)
+    signature = gg.meta.get("signature") if is_guard_graph(graph) else signature_of(graph)
+    s = Simplifier(gg, timeout_ms)
+    constraints, implied, undecided = s.run()
+    gs = GuardSet(constraints, gg, s.norm.dims, frozenset(s.sizes), signature, implied, undecided,
+                  tuple(s.norm.tautologies))
+    if verify:
+        gs.verify(timeout_ms=timeout_ms)
+    return gs
