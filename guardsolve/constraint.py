@@ -113,7 +113,8 @@ def _render_rel(r: Rel, key: Callable[[Atom], tuple]) -> str:
     k = p.constant
     if r.op in ("eq", "ne"):
         sym = "==" if r.op == "eq" else "!="
-        if not pos:
+        first = min((a for m in p.nonconst() for a in m), key=key, default=None)
+        if not pos or (neg and any(first in m for m in neg)):
             pos, neg, k = neg, pos, -k
         return f"{_side(pos, 0, key)} {sym} {_side(neg, -k, key)}"
     if not pos:  # k <= N reads better as N >= k

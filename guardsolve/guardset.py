@@ -66,6 +66,7 @@ class GuardSet:
         self.implied = frozenset(implied)
         self.undecided = tuple(undecided)
         self.tautologies = tuple(tautologies)
+        self._printed: dict[str, Any] | None = None
         texts = [c.text for c in self.constraints]
         divides = any(_has_division(c) for c in self.constraints)
         self._dims_src = check_dims_source(texts, self.dims, divides)
@@ -133,6 +134,21 @@ class GuardSet:
 
     # -- explaining ------------------------------------------------------------------------
 
+    def _describe(self, i: int) -> str:
+        """A node as its user-facing guard: `assert not (a0 == 1)`."""
+        if self._printed is None:
+            from guardsolve.interp import interpret
+            from guardsolve.printer import print_rules
+
+            self._printed = interpret(self.graph, print_rules([]))
+        n = self.graph.nodes[i]
+        if n.op.value == "bool_bailout":
+            b = self._printed[n.inputs[0]]
+            return f"assert {b}" if n.params["expect"] else f"assert not {b}"
+        if n.outputs:
+            return f"{self._printed[n.outputs[0]]} needs a non-zero divisor"
+        return str(n)
+
     def _origin(self, i: int) -> str:
         n = self.graph.nodes[i]
         loc = n.meta.get("loc")
@@ -147,15 +163,29 @@ class GuardSet:
         for c in self.constraints:
             out.append(c.text)
             for i in sorted(c.prov):
-                out.append(f"    from {self.graph.nodes[i]}  ({self._origin(i)})")
-        rest = sorted(self.implied)
-        if rest:
-            out.append("implied by the above (dropped):")
-            out += [f"    {self.graph.nodes[i]}  ({self._origin(i)})" for i in rest]
+                out.append(f"    from {self._describe(i)}  at {self._origin(i)}")
+        always = set(self.tautologies)
+        for title, nodes in (("implied by the above (dropped):", sorted(self.implied - always)),
+                             ("always true (dropped):", sorted(always))):
+            if nodes:
+                out.append(title)
+                out += [f"    {self._describe(i)}  at {self._origin(i)}" for i in nodes]
         if self.undecided:
             out.append("not proved minimal (solver undecided):")
             out += [f"    {u}" for u in self.undecided]
         return "\n".join(out)
+
+    def to_graph(self) -> Graph:
+        """A guard graph with one bailout per constraint (its text form saves the guard set)."""
+        from guardsolve.ops import Op
+        from guardsolve.tograph import emit_bailout
+
+        g = Graph(meta={"signature": self.signature})
+        for d in self.dims:
+            g.emit(Op.INT_PLACEHOLDER if d in self.sizes else Op.INT_ARG, (), name=d)
+        for c in self.constraints:
+            emit_bailout(g, c.formula)
+        return g
 
     # -- proofs ----------------------------------------------------------------------------
 

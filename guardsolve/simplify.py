@@ -137,8 +137,12 @@ class Simplifier:
                 items.append((self._ne_formula(d.u, d.v, d.k), render_ne(self.order, d.u, d.v, d.k), d.prov, d))
             for e in comp_edges:
                 items.append((self._le_formula(e.u, e.v, e.w), render_order(self.order, e.u, e.v, e.w), frozenset(e.prov), e))
+            dims = set().union(*(f.dims() for f, *_ in items))
+            # NOTE: `size >= 0` of dims substituted away survives as a bound on their representative.
+            background = [self._le_formula(e.u, e.v, e.w) for e in layer.edges.values()
+                          if e.background and e.u in dims]
             red = reduce_component([i[0] for i in items], self.sizes, self.timeout_ms, [i[1] for i in items],
-                                   lambda idx: self.fail([items[j][2] for j in idx]))
+                                   lambda idx: self.fail([items[j][2] for j in idx]), background)
             undecided += red.undecided
             for j in red.removed:
                 implied |= items[j][2]
@@ -155,7 +159,7 @@ class Simplifier:
                            tuple(sorted(a.formula.dims(), key=self.order.key))) for a in kept_general]
         out.sort(key=lambda c: c.sort_key(self.order))
         used = set().union(*(c.prov for c in out)) if out else set()
-        return out, (implied | set(self.norm.tautologies)) - used, undecided
+        return out, (implied - used) | set(self.norm.tautologies), undecided
 
     def _dims(self, *names: str) -> tuple[str, ...]:
         return tuple(sorted((n for n in names if n != Z), key=self.order.key))

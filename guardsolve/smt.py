@@ -116,8 +116,9 @@ def _check(s: z3.Solver, assumptions: Sequence[z3.BoolRef]) -> z3.CheckSatResult
 
 
 def reduce_component(formulas: Sequence[Formula], sizes: set[str], timeout_ms: int,
-                     labels: Sequence[str], unsat_labels: Callable[[list[int]], Exception]) -> ReduceResult:
-    """Greedily drop each formula implied by the others (plus `size >= 0`).
+                     labels: Sequence[str], unsat_labels: Callable[[list[int]], Exception],
+                     background: Sequence[Formula] = ()) -> ReduceResult:
+    """Greedily drop each formula implied by the others (plus `size >= 0` and `background`).
 
     The order of `formulas` is the order in which removal is tried.
     """
@@ -128,6 +129,8 @@ def reduce_component(formulas: Sequence[Formula], sizes: set[str], timeout_ms: i
     dims = set().union(*(f.dims() for f in formulas)) if formulas else set()
     for d in sorted(dims & sizes):
         s.add(var(d) >= 0)
+    for f in background:
+        s.add(formula_to_z3(f, var))
     track = [z3.Bool(f"__keep_{i}", ctx) for i in range(len(formulas))]
     neg = [z3.Bool(f"__neg_{i}", ctx) for i in range(len(formulas))]
     for i, f in enumerate(formulas):

@@ -86,8 +86,12 @@ class TracedTensor:
     def __rtruediv__(self, o: Any) -> "TracedTensor": return elementwise(Op.VAR_DIV, o, self)
 
     def __getattr__(self, name: str) -> Any:
-        if hasattr(torch.Tensor, name):
-            raise UnsupportedOpError(f"Tensor.{name}", supported_names())
+        method = getattr(torch.Tensor, name, None)
+        if method is not None:
+            rule = TORCH_RULES.get(method)
+            if rule is None:
+                raise UnsupportedOpError(f"Tensor.{name}", supported_names())
+            return lambda *args, **kwargs: rule(self, *args, **kwargs)
         raise AttributeError(f"'TracedTensor' object has no attribute {name!r}")
 
     def __bool__(self) -> bool:
@@ -166,11 +170,14 @@ TORCH_RULES: Mapping[Any, Callable[..., Any]] = {
 
 
 def _func_name(func: Any) -> str:
-    mod = getattr(func, "__module__", None) or ""
-    qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
-    if mod.startswith("torch") or "Tensor" in qual:
-        return f"torch.{qual}" if not qual.startswith("Tensor") else qual
-    return f"{mod}.{qual}" if mod else qual
+    """`torch.add`, `Tensor.add`, `torch.nn.functional.relu`: how a user would spell it."""
+    name = getattr(func, "__name__", None) or repr(func)
+    for prefix, namespace in (("torch.", torch), ("Tensor.", torch.Tensor),
+                              ("torch.nn.functional.", torch.nn.functional)):
+        if getattr(namespace, name, None) is func:
+            return prefix + name
+    mod = getattr(func, "__module__", None)
+    return f"{mod}.{name}" if mod else name
 
 
 def supported_names() -> list[str]:

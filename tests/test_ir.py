@@ -1,0 +1,139 @@
+"""IR: text round trip, parse errors with line/column, and validation errors naming the node."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import guardsolve
+from guardsolve.errors import (
+    ArityError, DuplicateNameError, ParseError, TypeMismatchError, UndefinedNameError, UnknownOpError,
+    UseBeforeDefinitionError,
+)
+from guardsolve.ir import Graph, Node
+from guardsolve.ops import SPECS, Op
+from guardsolve.randgraph import random_guard_graph
+
+NOTEBOOK_GUARDS = """\
+a0 = int_placeholder(name=a0)
+b0 = int_placeholder(name=b0)
+i0 = int_const(val=1)
+i1 = int_eq(a0, i0)
+bool_bailout(i1, expect=False)
+i2 = int_const(val=1)
+i3 = int_eq(b0, i2)
+bool_bailout(i3, expect=False)
+i4 = int_eq(a0, b0)
+bool_bailout(i4, expect=True)
+i5 = int_eq(a0, a0)
+bool_bailout(i5, expect=True)
+i6 = int_eq(b0, a0)
+bool_bailout(i6, expect=True)"""
+
+
+def test_parse_print_round_trip_text() -> None:
+    g = Graph.parse(NOTEBOOK_GUARDS)
+    assert str(g) == NOTEBOOK_GUARDS
+    assert Graph.parse(str(g)) == g
+
+
+def test_round_trip_of_traces() -> None:
+    t = guardsolve.trace(lambda x, y: (x + y) * x - y / x, torch.randn(2, 1, 3), torch.randn(4, 1))
+    assert Graph.parse(str(t.graph)) == t.graph
+    gg = guardsolve.guard_graph(t.graph)
+    assert Graph.parse(str(gg)) == gg
+
+
+def test_text_has_no_concrete_input_values() -> None:
+    t = guardsolve.trace(lambda a, b: a + b, torch.randn(37), torch.randn(37))
+    assert "37" not in str(t.graph)
+    assert "37" not in str(guardsolve.guard_graph(t.graph))
+
+
+def test_comments_and_blank_lines_are_ignored() -> None:
+    g = Graph.parse("# header\n\na0 = int_placeholder(name=a0)  # a dim\n")
+    assert len(g) == 1
+
+
+@given(st.integers(0, 10_000), st.integers(1, 12))
+@settings(max_examples=150, deadline=None)
+def test_round_trip_property(seed: int, n: int) -> None:
+    g = random_guard_graph(random.Random(seed), n_bailouts=n)
+    g.validate()
+    assert Graph.parse(str(g)) == g
+    assert str(Graph.parse(str(g))) == str(g)
+
+
+@pytest.mark.parametrize("text, line, column, fragment", [
+    ("a0 = int_placeholder(name=a0)\ni0 = int_const(val=x)", 2, 20, "expected an integer"),
+    ("i0 = nope(a0)", 1, 6, "unknown op 'nope'"),
+    ("i0 = int_eq(a0 b0)", 1, 16, "expected ',' or ')'"),
+    ("i0 = int_eq(a0, b0", 1, 19, "unexpected end of line"),
+    ("i0 = int_const(val=1) extra", 1, 23, "after the closing parenthesis"),
+    ("i0 = int_const(val=1, val=2)", 1, 23, "given twice"),
+    ("bool_bailout(i0, expect=maybe)", 1, 25, "True or False"),
+    ("i0 = int_const(value=1)", 1, 16, "has no param 'value'"),
+    ("i0 = int_const(val=1)\n\ni1 = int_eq(i0, $)", 3, 17, "unexpected character '$'"),
+])
+def test_parse_errors_name_line_and_column(text: str, line: int, column: int, fragment: str) -> None:
+    with pytest.raises(ParseError) as info:
+        Graph.parse(text)
+    assert (info.value.line, info.value.column) == (line, column)
+    assert fragment in str(info.value)
+    assert f"line {line}, column {column}" in str(info.value)
+
+
+@pytest.mark.parametrize("text, error, fragment", [
+    ("a0 = int_placeholder(name=a0)\ni0 = int_eq(a0)", ArityError, "takes 2 inputs"),
+    ("a0 = int_placeholder(name=a0)\ni0 = int_eq(a0, q)", UndefinedNameError, "'q' is not defined"),
+    ("i0 = int_eq(a0, a0)\na0 = int_placeholder(name=a0)", UseBeforeDefinitionError, "used before node 1"),
+    ("a0 = int_placeholder(name=a0)\na0 = int_const(val=1)", DuplicateNameError, "already defined by node 0"),
+    ("a0 = int_placeholder(name=a0)\nbool_bailout(a0, expect=True)", TypeMismatchError, "should be bool, found int"),
+    ("i0 = int_const(val=1)\ni1 = bool_not(i0)", TypeMismatchError, "should be bool"),
+    ("a = var_placeholder(name=a, rank=1)\ni0 = size_index(a, index=0)", TypeMismatchError, "should be size"),
+    ("i0 = int_const()", ArityError, "takes params ['val']"),
+    ("bool_bailout = int_const(val=1)\nx = bool_bailout(bool_bailout, expect=True)", ArityError, "0 outputs"),
+])
+def test_validation_errors_name_the_node(text: str, error: type, fragment: str) -> None:
+    g = Graph.parse(text)
+    with pytest.raises(error) as info:
+        g.validate()
+    assert fragment in str(info.value)
+    assert info.value.node is not None and str(info.value.node) in str(info.value)
+
+
+def test_unknown_op_on_a_built_node() -> None:
+    g = Graph([Node("int_frobnicate", (), ("i0",))])  # type: ignore[arg-type]
+    with pytest.raises(UnknownOpError, match="int_frobnicate"):
+        g.validate()
+
+
+def test_param_types_are_checked() -> None:
+    g = Graph([Node(Op.INT_CONST, (), ("i0",), {"val": True})])
+    with pytest.raises(TypeMismatchError, match="val=True should be a int"):
+        g.validate()
+
+
+def test_every_op_has_a_signature_and_prints() -> None:
+    assert set(SPECS) == set(Op)
+    for op in Op:
+        assert Op(str(op)) is op
+
+
+def test_fresh_names_skip_taken_ones() -> None:
+    t = guardsolve.trace(lambda i0, s0: i0 + s0, torch.randn(3), torch.randn(3))
+    names = [o for n in t.graph for o in n.outputs]
+    assert len(names) == len(set(names))
+    t.graph.validate()
+
+
+def test_metadata_is_outside_text_and_equality() -> None:
+    t = guardsolve.trace(lambda a, b: a + b, torch.randn(2), torch.randn(2))
+    loc = t.graph.bailouts()[0].meta["loc"]
+    assert loc.file.endswith("test_ir.py") and loc.function == "<lambda>" and "a + b" in loc.code
+    assert "test_ir" not in str(t.graph)
+    assert Graph.parse(str(t.graph)) == t.graph  # parsed nodes carry no loc, still equal
