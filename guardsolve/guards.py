@@ -53,7 +53,8 @@ def shape_rules(out: Graph, signature: tuple[Param, ...]) -> RuleTable:
     current: dict[str, Any] = {}
 
     def enter(node: Node) -> None:
-        current["meta"] = {"loc": node.meta.get("loc"), "trace_node": str(node)}
+        current["meta"] = {"loc": node.meta.get("loc"), "trace_line": node.meta.get("line"),
+                           "trace_node": str(node)}
 
     def emit(op: Op) -> Callable[..., Any]:
         return lambda *inputs, **params: out.emit(op, inputs, meta=dict(current["meta"]), **params)

@@ -153,7 +153,9 @@ class GuardSet:
         n = self.graph.nodes[i]
         loc = n.meta.get("loc")
         if loc is not None:
-            return f"{loc.file}:{loc.line}  {loc.code or linecache.getline(loc.file, loc.line).strip()}"
+            return f"{loc.short_file}:{loc.line}  {loc.code or linecache.getline(loc.file, loc.line).strip()}"
+        if n.meta.get("trace_line") is not None:
+            return f"trace line {n.meta['trace_line']}: {n.meta['trace_node']}"
         line = n.meta.get("line")
         return f"guard graph line {line}: {n}" if line is not None else f"node {i}: {n}"
 

@@ -13,6 +13,7 @@ bool_bailout(i1, expect=False)
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
@@ -26,6 +27,15 @@ from guardsolve.ops import SPECS, Op, Type
 PREFIX: Mapping[Type, str] = {Type.BOOL: "i", Type.INT: "i", Type.SIZE: "s", Type.TENSOR: "v"}
 
 
+def short_path(path: str) -> str:
+    """`path` relative to the working directory when it lies below it, else unchanged."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
 @dataclass(frozen=True)
 class SourceLoc:
     """Where in user code a node was created."""
@@ -35,8 +45,12 @@ class SourceLoc:
     function: str
     code: str = ""
 
+    @property
+    def short_file(self) -> str:
+        return short_path(self.file)
+
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}" + (f"  {self.code}" if self.code else "")
+        return f"{self.short_file}:{self.line}" + (f"  {self.code}" if self.code else "")
 
 
 @dataclass(eq=False)

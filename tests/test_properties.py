@@ -1,0 +1,97 @@
+"""Oracle properties of simplify() over random guard graphs that use every guard op.
+
+Each graph's bailouts expect the values seen at a random trace-time assignment (as a real
+trace's do); some graphs flip expectations and may be contradictory.
+"""
+
+from __future__ import annotations
+
+import random
+
+import z3
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import guardsolve
+from guardsolve.errors import InterpretError, UnsatisfiableGuardsError
+from guardsolve.ir import Graph
+from guardsolve.randgraph import random_guard_graph
+from guardsolve.smt import graph_to_z3, z3_vars
+
+graphs = st.builds(
+    lambda seed, n, tensors, nonlinear, small: random_guard_graph(
+        random.Random(seed), n_bailouts=n, tensors=tensors, nonlinear=nonlinear,
+        max_size=3 if small else 6, rank=3 if small else 2),
+    st.integers(0, 2**32), st.integers(1, 12), st.integers(1, 3), st.booleans(), st.booleans())
+
+
+def accepted(g: Graph, env: dict[str, int]) -> bool:
+    """The oracle: the original guard graph, interpreted concretely."""
+    try:
+        guardsolve.run_concrete(g, env)
+        return True
+    except guardsolve.GuardFailure:
+        return False
+    except InterpretError as e:
+        assert isinstance(e.__cause__, ZeroDivisionError)
+        return False
+
+
+def assignments(g: Graph, seed: int, n: int = 150) -> list[dict[str, int]]:
+    rng = random.Random(seed)
+    names = list(g.meta["trace_dims"])
+    out = [dict(g.meta["trace_dims"])]
+    for _ in range(n):
+        out.append({d: rng.randint(0, 7) if not d.startswith("n") else rng.randint(-4, 4) for d in names})
+    return out
+
+
+@given(graphs, st.integers(0, 1000))
+@settings(max_examples=120, deadline=None)
+def test_agrees_with_original_on_random_sizes(g: Graph, seed: int) -> None:
+    gs = guardsolve.simplify(g)
+    for env in assignments(g, seed):
+        assert gs.check_dims(env) == accepted(g, env), (env, str(gs))
+
+
+@given(graphs)
+@settings(max_examples=120, deadline=None)
+def test_z3_proves_equivalent_and_irredundant(g: Graph) -> None:
+    gs = guardsolve.simplify(g)
+    cert = gs.verify()
+    assert cert.equivalent and cert.irredundant
+    assert set(cert.witnesses) == {str(c) for c in gs}
+
+
+@given(graphs)
+@settings(max_examples=80, deadline=None)
+def test_idempotent(g: Graph) -> None:
+    gs = guardsolve.simplify(g)
+    again = guardsolve.simplify(gs.to_graph())
+    assert [str(c) for c in again] == [str(c) for c in gs]
+
+
+@given(graphs, st.integers(0, 1000))
+@settings(max_examples=80, deadline=None)
+def test_compiled_check_agrees_with_interpreting_the_constraints(g: Graph, seed: int) -> None:
+    gs = guardsolve.simplify(g)
+    small = gs.to_graph()
+    for env in assignments(g, seed, 50):
+        assert gs.check_dims(env) == accepted(small, env)
+
+
+@given(st.integers(0, 2**32), st.integers(2, 10))
+@settings(max_examples=120, deadline=None)
+def test_contradictions_are_reported_exactly(seed: int, n: int) -> None:
+    g = random_guard_graph(random.Random(seed), n_bailouts=n, flip=0.3, max_size=3)
+    var = z3_vars()
+    s = z3.Solver()
+    s.add(graph_to_z3(g, var), *[var(d) >= 0 for d in g.meta["trace_dims"] if not d.startswith("n")])
+    truly_unsat = s.check() == z3.unsat
+    try:
+        gs = guardsolve.simplify(g)
+    except UnsatisfiableGuardsError as e:
+        assert truly_unsat and e.conflict
+        return
+    assert not truly_unsat
+    gs.verify()
