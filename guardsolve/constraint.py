@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from guardsolve.expr import Atom, Formula, Or, And, Poly, Rel, Const, render_atom
+from guardsolve.expr import Atom, Formula, Or, Poly, Rel, Const
 from guardsolve.order import Z
 
 KIND_RANK = {"eq": 0, "order": 1, "ne": 2, "general": 3}
@@ -125,10 +125,3 @@ def _render_rel(r: Rel, key: Callable[[Atom], tuple]) -> str:
         return f"{_side(pos, k, key)} <= {_side(neg, 0, key)}"
     return f"{_side(pos, 0, key)} <= {_side(neg, -k, key)}"
 
-
-def formula_dims(f: Formula) -> set[str]:
-    return f.dims()
-
-
-__all__ = ["Constraint", "DimOrder", "render_eq", "render_ne", "render_order", "render_formula",
-           "And", "formula_dims"]

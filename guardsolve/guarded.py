@@ -62,7 +62,7 @@ def as_bool(rec: Recorder, v: Any) -> GuardedBool:
     if isinstance(v, GuardedBool):
         return v
     if isinstance(v, bool):
-        return GuardedBool(v, rec.record(Op.BOOL_CONST, (), val=v), rec)  # type: ignore[arg-type]
+        return GuardedBool(v, rec.record(Op.BOOL_CONST, (), val=v), rec)
     raise TraceError(f"expected a bool, got {v!r}")
 
 
@@ -71,7 +71,7 @@ def as_int(rec: Recorder, v: Any) -> "GuardedInt":
     if isinstance(v, GuardedInt):
         return v
     if isinstance(v, int) and not isinstance(v, bool):
-        return GuardedInt(v, rec.record(Op.INT_CONST, (), val=int(v)), rec)  # type: ignore[arg-type]
+        return GuardedInt(v, rec.record(Op.INT_CONST, (), val=int(v)), rec)
     raise TraceError(f"expected an int, got {type(v).__name__} {v!r}")
 
 
@@ -100,13 +100,13 @@ class GuardedInt(Guarded):
             return NotImplemented  # type: ignore[return-value]
         o = as_int(self.rec, other)
         a, b = (o, self) if reverse else (self, o)
-        return GuardedInt(_ARITH[op](a.value, b.value), self.rec.record(op, (a, b)), self.rec)  # type: ignore[arg-type]
+        return GuardedInt(_ARITH[op](a.value, b.value), self.rec.record(op, (a, b)), self.rec)
 
     def _compare(self, op: Op, other: Any) -> "GuardedBool":
         if not isinstance(other, (int, GuardedInt)) or isinstance(other, bool):
             return NotImplemented  # type: ignore[return-value]
         o = as_int(self.rec, other)
-        return GuardedBool(_COMPARE[op](self.value, o.value), self.rec.record(op, (self, o)), self.rec)  # type: ignore[arg-type]
+        return GuardedBool(_COMPARE[op](self.value, o.value), self.rec.record(op, (self, o)), self.rec)
 
     def __add__(self, o: Any) -> "GuardedInt": return self._arith(Op.INT_ADD, o)
     def __radd__(self, o: Any) -> "GuardedInt": return self._arith(Op.INT_ADD, o, True)
@@ -149,7 +149,7 @@ class GuardedSize(Guarded):
     @staticmethod
     def make(rec: Recorder, items: list[Any]) -> "GuardedSize":
         dims = [as_int(rec, d) for d in items]
-        return GuardedSize(tuple(d.value for d in dims), rec.record(Op.SIZE_CTOR, tuple(dims)), rec)  # type: ignore[arg-type]
+        return GuardedSize(tuple(d.value for d in dims), rec.record(Op.SIZE_CTOR, tuple(dims)), rec)
 
     def __len__(self) -> int:
         return len(self.value)
@@ -161,7 +161,7 @@ class GuardedSize(Guarded):
         if not -len(self) <= i < len(self):
             raise IndexError(f"size index {i} out of range for rank {len(self)}")
         i %= len(self)
-        return GuardedInt(self.value[i], self.rec.record(Op.SIZE_INDEX, (self,), index=i), self.rec)  # type: ignore[arg-type]
+        return GuardedInt(self.value[i], self.rec.record(Op.SIZE_INDEX, (self,), index=i), self.rec)
 
     def __iter__(self) -> Iterator[GuardedInt]:
         return (self[i] for i in range(len(self)))

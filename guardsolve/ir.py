@@ -195,7 +195,7 @@ def _check_node(n: Node, i: int, types: Mapping[str, Type], defined_at: Mapping[
         raise ArityError(f"{n.op} takes params {sorted(spec.params)}, got {sorted(n.params)}", n, i)
     for k, t in spec.params.items():
         v = n.params[k]
-        if type(v) is not t or (t is str and not v.isidentifier()):
+        if type(v) is not t or (isinstance(v, str) and not v.isidentifier()):
             raise TypeMismatchError(f"param {k}={v!r} should be a {t.__name__}", n, i)
     want_out = 0 if spec.result is None else 1
     if len(n.outputs) != want_out:
@@ -205,8 +205,8 @@ def _check_node(n: Node, i: int, types: Mapping[str, Type], defined_at: Mapping[
             if name in defined_at:
                 raise UseBeforeDefinitionError(f"{name!r} is used before node {defined_at[name]} defines it", n, i)
             raise UndefinedNameError(f"{name!r} is not defined", n, i)
-        want = spec.inputs[pos] if pos < fixed else spec.variadic
-        if types[name] is not want:
-            raise TypeMismatchError(
-                f"input {pos} ({name}) should be {want.value if want else '?'}, found {types[name].value}", n, i)
+        typ = spec.inputs[pos] if pos < fixed else spec.variadic
+        if types[name] is not typ:
+            expected = typ.value if typ is not None else "?"
+            raise TypeMismatchError(f"input {pos} ({name}) should be {expected}, found {types[name].value}", n, i)
     return {o: spec.result for o in n.outputs} if spec.result is not None else {}

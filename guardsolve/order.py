@@ -7,7 +7,7 @@ exactly for this fragment. Disequalities `v - u != k` that touch a bound tighten
 unifier; the rest is a transitive reduction (every edge implied by the others goes).
 
 >>> layer = OrderLayer()
->>> layer.add_edge(Z, "x", 16, "x <= 16"); layer.add_edge("x", Z, -17, "x >= 17")
+>>> layer.add_edge(Z, "x", 16, {"x <= 16"}); layer.add_edge("x", Z, -17, {"x >= 17"})
 >>> layer.solve()
 Traceback (most recent call last):
 ...
@@ -60,8 +60,9 @@ class OrderLayer:
         self.diseqs: dict[tuple[str, str, int], Diseq] = {}
         self.implied: set = set()
 
-    def add_edge(self, u: str, v: str, w: int, why: Hashable | None = None, background: bool = False) -> None:
-        prov = set() if why is None else ({why} if not isinstance(why, (set, frozenset)) else set(why))
+    def add_edge(self, u: str, v: str, w: int, prov: Iterable[Hashable] = (), background: bool = False) -> None:
+        """Record `v - u <= w`; `prov` names the atoms it stands for."""
+        prov = set(prov)
         old = self.edges.get((u, v))
         if old is None or w < old.w:
             if old is not None and not old.background:
@@ -72,13 +73,12 @@ class OrderLayer:
         elif not background:
             self.implied |= prov
 
-    def add_diseq(self, u: str, v: str, k: int, why: Hashable) -> None:
+    def add_diseq(self, u: str, v: str, k: int, prov: Iterable[Hashable]) -> None:
+        """Record `v - u != k`."""
         # NOTE: `v - u != k` and `u - v != -k` are one constraint; store one orientation.
         key = (v, u, -k) if v == Z or (u != Z and v < u) else (u, v, k)
         old = self.diseqs.get(key)
-        mine = frozenset(why) if isinstance(why, (set, frozenset)) else frozenset({why})
-        prov = mine | (old.prov if old else frozenset())
-        self.diseqs[key] = Diseq(*key, prov)
+        self.diseqs[key] = Diseq(*key, frozenset(prov) | (old.prov if old else frozenset()))
 
     # -- shortest paths --------------------------------------------------------------------
 
@@ -240,11 +240,3 @@ class OrderLayer:
                 adj[e.u] = [x for x in adj[e.u] if x is not e]
                 del self.edges[(e.u, e.v)]
         return [e for e in self.edges.values() if not e.background]
-
-
-def edges_by_node(edges: Iterable[Edge]) -> dict[str, list[Edge]]:
-    out: dict[str, list[Edge]] = defaultdict(list)
-    for e in edges:
-        out[e.u].append(e)
-        out[e.v].append(e)
-    return out

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from guardsolve.interp import RuleTable, interpret
 from guardsolve.ir import Graph

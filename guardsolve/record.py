@@ -48,8 +48,9 @@ class Recorder:
     def __init__(self) -> None:
         self.graph = Graph()
 
-    def record(self, op: Op, inputs: tuple[Any, ...] = (), **params: Any) -> str | None:
-        """Append a node whose inputs are guarded values of this recorder; return its name."""
+    def record(self, op: Op, inputs: tuple[Any, ...] = (), **params: Any) -> Any:
+        """Append a node whose inputs are guarded values of this recorder; return its name
+        (None for a bailout)."""
         names = []
         for v in inputs:
             rec = getattr(v, "rec", None)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 import z3
 
 from guardsolve import semantics
-from guardsolve.expr import And, Const, Div, Formula, Or, Poly, Rel
+from guardsolve.expr import Const, Div, Formula, Or, Poly, Rel
 from guardsolve.interp import RuleTable, interpret
 from guardsolve.ir import Graph
 from guardsolve.ops import Op

@@ -52,7 +52,7 @@ class TracedTensor:
     def shape(self) -> GuardedSize:
         # NOTE: recorded once, lazily, so repeated `.shape` reads do not spam the trace.
         if self._shape is None:
-            self._shape = GuardedSize(tuple(self.value.shape), self.rec.record(Op.VAR_SIZE, (self,)), self.rec)  # type: ignore[arg-type]
+            self._shape = GuardedSize(tuple(self.value.shape), self.rec.record(Op.VAR_SIZE, (self,)), self.rec)
         return self._shape
 
     def size(self, dim: int | None = None) -> Any:
@@ -121,7 +121,7 @@ def expand(t: TracedTensor, size: GuardedSize) -> TracedTensor:
     if t.shape == size:
         return t
     value = t.value.expand(size.value)
-    return TracedTensor(value, t.rec.record(Op.VAR_EXPAND, (t, size)), t.rec)  # type: ignore[arg-type]
+    return TracedTensor(value, t.rec.record(Op.VAR_EXPAND, (t, size)), t.rec)
 
 
 _EAGER: Mapping[Op, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
@@ -140,7 +140,7 @@ def elementwise(op: Op, a: Any, b: Any) -> TracedTensor:
     shape = broadcast_shape(a, b)
     ea, eb = expand(a, shape), expand(b, shape)
     value = _EAGER[op](ea.value, eb.value)
-    return TracedTensor(value, a.rec.record(op, (ea, eb)), a.rec)  # type: ignore[arg-type]
+    return TracedTensor(value, a.rec.record(op, (ea, eb)), a.rec)
 
 
 def _binary_rule(op: Op) -> Callable[..., TracedTensor]:

@@ -53,7 +53,6 @@ def emit_formula(g: Graph, f: Formula) -> str:
     if isinstance(f, Const):
         return g.emit(Op.BOOL_CONST, (), val=f.value)
     if isinstance(f, Rel):
-        zero = None
         lhs = emit_poly(g, f.poly)
         zero = g.emit(Op.INT_CONST, (), val=0)
         op = {"eq": Op.INT_EQ, "ne": Op.INT_NE, "le": Op.INT_LE}[f.op]

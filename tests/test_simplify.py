@@ -23,7 +23,7 @@ def guards(*lines: str, dims: str = "a0 a1 b0 b1 c0 x0", ints: str = "") -> Grap
 
 def _compile(text: list[str], asserts: tuple[str, ...]) -> Graph:
     g = Graph.parse("\n".join(text))
-    from guardsolve.expr import Poly, rel
+    from guardsolve.expr import rel
     from guardsolve.tograph import emit_bailout
 
     # NOTE: asserts are written `lhs OP rhs` over dims and small ints, or `not (...)`.
