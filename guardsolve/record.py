@@ -7,7 +7,6 @@ never share state.
 
 from __future__ import annotations
 
-import contextvars
 import linecache
 import os
 import sys
@@ -19,9 +18,6 @@ from guardsolve.ops import Op
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _SKIP_PREFIXES = (_PACKAGE_DIR + os.sep,)
-
-# The recorder of the innermost active `trace()` call in this context (thread / task).
-ACTIVE: contextvars.ContextVar["Recorder | None"] = contextvars.ContextVar("guardsolve_recorder", default=None)
 
 
 def _is_library_file(filename: str) -> bool:

@@ -20,7 +20,7 @@ from guardsolve.errors import TraceError
 from guardsolve.guarded import GuardedBool, GuardedInt, GuardedSize
 from guardsolve.ir import Graph
 from guardsolve.ops import Op
-from guardsolve.record import ACTIVE, Recorder
+from guardsolve.record import Recorder
 from guardsolve.signature import Param, dim_names
 from guardsolve.tensor import TracedTensor
 
@@ -83,11 +83,7 @@ def trace(fn: Callable[..., Any], *example_inputs: Any) -> Trace:
                              "only torch.Tensor and int inputs are supported")
     signature = dim_names(kinds)
     rec.graph.meta["signature"] = signature
-    token = ACTIVE.set(rec)
-    try:
-        result = fn(*args)
-    finally:
-        ACTIVE.reset(token)
+    result = fn(*args)
     return Trace(rec.graph, unwrap(result), signature, fn)
 
 
