@@ -11,10 +11,11 @@ from guardsolve.guards import guard_graph
 from guardsolve.ir import Graph, Node, SourceLoc
 from guardsolve.ops import Op, Type
 from guardsolve.printer import print_guards
+from guardsolve.tensor import DataDependentError
 from guardsolve.tracer import Trace, trace
 
 __all__ = [
-    "Graph", "GraphError", "GuardFailure", "GuardsolveError", "Node", "Op", "ParseError",
+    "DataDependentError", "Graph", "GraphError", "GuardFailure", "GuardsolveError", "Node", "Op", "ParseError",
     "SolverError", "SourceLoc", "Trace", "TraceError", "Type", "UnsatisfiableGuardsError",
     "UnsupportedOpError", "VerificationError", "guard_graph", "print_guards", "run_concrete",
     "run_trace", "trace",
@@ -22,5 +23,6 @@ __all__ = [
 
 from guardsolve.guardset import Certificate, GuardSet  # noqa: E402
 from guardsolve.simplify import simplify  # noqa: E402
+from guardsolve.cache import CacheInfo, GuardedFunction, guarded  # noqa: E402
 
-__all__ += ["Certificate", "GuardSet", "simplify"]
+__all__ += ["CacheInfo", "Certificate", "GuardSet", "GuardedFunction", "guarded", "simplify"]

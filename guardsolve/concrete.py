@@ -15,10 +15,12 @@ guardsolve.errors.GuardFailure: guard failed: `bool_bailout(i0, expect=True)` ex
 from __future__ import annotations
 
 import operator
+from functools import partial
 from typing import Any, Callable, Mapping
 
 import torch
 
+from guardsolve import kernels
 from guardsolve.errors import GuardFailure, InputMismatchError
 from guardsolve.interp import RuleTable, interpret
 from guardsolve.ir import Graph
@@ -51,13 +53,31 @@ def _bailout(b: bool, *, expect: bool) -> None:
         raise GuardFailure(expect)
 
 
-def _same_shape(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[..., torch.Tensor]:
-    # NOTE: trace prims do not broadcast; the trace made every expand explicit.
-    def prim(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        if a.shape != b.shape:
-            raise ValueError(f"prim operands differ in shape: {tuple(a.shape)} vs {tuple(b.shape)}")
-        return fn(a, b)
-    return prim
+# NOTE: trace prims do not broadcast; the trace made every expand explicit.
+TENSOR_RULES: Mapping[Op, Callable[..., Any]] = {
+    Op.VAR_ADD: partial(kernels.binary, fn="add"),
+    Op.VAR_SUB: partial(kernels.binary, fn="sub"),
+    Op.VAR_MUL: partial(kernels.binary, fn="mul"),
+    Op.VAR_DIV: partial(kernels.binary, fn="div"),
+    Op.VAR_BINARY: kernels.binary,
+    Op.VAR_UNARY: kernels.unary,
+    Op.VAR_SCALAR: kernels.scalar,
+    Op.VAR_WHERE: kernels.where,
+    Op.VAR_REDUCE: kernels.reduce,
+    Op.VAR_SOFTMAX: kernels.softmax,
+    Op.VAR_MATMUL: kernels.matmul,
+    Op.VAR_RESHAPE: kernels.reshape,
+    Op.VAR_PERMUTE: kernels.permute,
+    Op.VAR_CAT: kernels.cat,
+    Op.VAR_SLICE: kernels.slice_,
+    Op.VAR_SELECT: kernels.select,
+    Op.VAR_CONV2D: kernels.conv2d,
+    Op.VAR_LAYER_NORM: kernels.layer_norm,
+    Op.VAR_EMBEDDING: kernels.embedding,
+    Op.VAR_EXPAND: kernels.expand,
+    Op.VAR_SIZE: lambda a: tuple(a.shape),
+    Op.VAR_TO_BOOL: kernels.to_bool,
+}
 
 
 def concrete_rules(inputs: Mapping[str, Any]) -> RuleTable:
@@ -75,18 +95,21 @@ def concrete_rules(inputs: Mapping[str, Any]) -> RuleTable:
             raise InputMismatchError(f"input {name!r} must be a rank-{rank} tensor, got {got}")
         return t
 
+    def var_param(*, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        t = lookup(name)
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
+            raise InputMismatchError(f"constant {name!r} must be a tensor of shape {list(shape)}")
+        return t
+
     return RuleTable("concrete", {
         **INT_RULES,
+        **TENSOR_RULES,
         Op.BOOL_BAILOUT: _bailout,
         Op.INT_PLACEHOLDER: lambda *, name: lookup(name),
         Op.INT_ARG: lambda *, name: lookup(name),
         Op.VAR_PLACEHOLDER: var_placeholder,
-        Op.VAR_ADD: _same_shape(torch.add),
-        Op.VAR_SUB: _same_shape(torch.sub),
-        Op.VAR_MUL: _same_shape(torch.mul),
-        Op.VAR_DIV: _same_shape(torch.div),
-        Op.VAR_SIZE: lambda a: tuple(a.shape),
-        Op.VAR_EXPAND: lambda a, size: a.expand(size),
+        Op.VAR_PARAM: var_param,
+        Op.BOOL_OPAQUE: lambda *, name: lookup(name),
     })
 
 
@@ -95,11 +118,11 @@ def run_concrete(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, Any]:
     return interpret(graph, concrete_rules(inputs))
 
 
-def run_trace(graph: Graph, *args: Any) -> Any:
+def run_trace(graph: Graph, *args: Any, constants: Mapping[str, Any] | None = None) -> Any:
     """Re-execute a tensor trace on new positional inputs; return its last value."""
     names = [n.params["name"] for n in graph.placeholders()]
     if len(args) != len(names):
         raise InputMismatchError(f"the trace takes {len(names)} inputs ({', '.join(names)}), got {len(args)}")
-    env = run_concrete(graph, dict(zip(names, args)))
+    env = run_concrete(graph, {**(constants or {}), **dict(zip(names, args))})
     last = [n for n in graph.nodes if n.outputs]
     return env[last[-1].outputs[0]] if last else None

@@ -316,3 +316,74 @@ def formula_divisors(f: Formula) -> list[Poly]:
     if isinstance(f, Rel):
         return divisors(f.poly)
     return [d for a in f.args for d in formula_divisors(a)]
+
+
+# -- cancelling common positive factors ----------------------------------------------------
+
+
+def _common_dim(polys: list[Poly], positive: Callable[[str], bool]) -> str | None:
+    """A dim, known positive, that divides every term of every poly."""
+    common: set | None = None
+    for p in polys:
+        for m, _ in p.terms:
+            dims = {a for a in m if isinstance(a, str)}
+            common = dims if common is None else common & dims
+    for d in sorted(common or (), key=atom_key):
+        if positive(d):
+            return d
+    return None
+
+
+def _divide_out(p: Poly, d: str) -> Poly:
+    out: dict[Monomial, int] = {}
+    for m, c in p.terms:
+        rest = list(m)
+        rest.remove(d)
+        out[tuple(rest)] = c
+    return Poly.of(out)
+
+
+def cancel(f: Formula, positive: Callable[[str], bool]) -> Formula:
+    """Divide out factors known to be positive: `(x*a) % (x*b) == 0` -> `a % b == 0` when x >= 1.
+
+    Exact when `positive(d)` holds for every dim it cancels (the caller keeps those bounds).
+    """
+    if isinstance(f, Const):
+        return f
+    if isinstance(f, Rel):
+        p = _cancel_divs(f.poly, positive)
+        d = _common_dim([p], positive)
+        while d is not None and not p.is_const():
+            p = _divide_out(p, d)
+            d = _common_dim([p], positive)
+        return normal(Rel(f.op, p))
+    parts = [cancel(a, positive) for a in f.args]
+    return disj(parts) if isinstance(f, Or) else conj(parts)
+
+
+def _cancel_divs(p: Poly, positive: Callable[[str], bool]) -> Poly:
+    total = Poly.const(0)
+    for m, c in p.terms:
+        t = Poly.const(c)
+        for a in m:
+            t = t * (Poly.var(a) if isinstance(a, str) else _cancel_div(a, positive))
+        total = total + t
+    return total
+
+
+def _cancel_div(d: Div, positive: Callable[[str], bool]) -> Poly:
+    num, den = _cancel_divs(d.num, positive), _cancel_divs(d.den, positive)
+    scale = Poly.const(1)
+    g = _common_dim([num, den], positive)
+    while g is not None and not den.is_const():
+        num, den = _divide_out(num, g), _divide_out(den, g)
+        if d.kind == "mod":  # (g*a) % (g*b) == g * (a % b) for g > 0
+            scale = scale * Poly.var(g)
+        g = _common_dim([num, den], positive)
+    # (k*a) // (k*b) == a // b and (k*a) % (k*b) == k * (a % b) for any integer k != 0
+    k = reduce(math.gcd, [abs(c) for _, c in num.terms] + [abs(c) for _, c in den.terms], 0)
+    if k > 1:
+        num, den = Poly.of({m: c // k for m, c in num.terms}), Poly.of({m: c // k for m, c in den.terms})
+        if d.kind == "mod":
+            scale = scale.scale(k)
+    return scale * divide(d.kind, num, den)

@@ -90,10 +90,23 @@ _COMPARE: dict[Op, Callable[[int, int], bool]] = {
 
 
 class GuardedInt(Guarded):
-    """A traced int (a size, or arithmetic on sizes)."""
+    """A traced int (a size, or arithmetic on sizes).
 
-    __slots__ = ()
+    `canon` is the first traced int known to hold the same value by construction (the same
+    dim read twice, or a dim read back from a size built from it); tracing rules use it to skip
+    decisions whose outcome cannot matter, e.g. broadcasting a dim against itself.
+    """
+
+    __slots__ = ("canon",)
     __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, value: Any, name: str, rec: Recorder, canon: "GuardedInt | None" = None):
+        super().__init__(value, name, rec)
+        self.canon: GuardedInt = canon.canon if canon is not None else self
+
+    def same_as(self, other: Any) -> bool:
+        """True when `other` is this value by construction (no guard needed to know it)."""
+        return isinstance(other, GuardedInt) and other.canon is self.canon
 
     def _arith(self, op: Op, other: Any, reverse: bool = False) -> "GuardedInt":
         if not isinstance(other, (int, GuardedInt)) or isinstance(other, bool):
@@ -142,14 +155,22 @@ class GuardedInt(Guarded):
 
 
 class GuardedSize(Guarded):
-    """A traced shape. Its length is static (traces are rank specialized)."""
+    """A traced shape. Its length is static (traces are rank specialized).
 
-    __slots__ = ()
+    A size built with `make` knows its items, so reading a dim back is known to equal it.
+    """
+
+    __slots__ = ("items", "_read")
+
+    def __init__(self, value: Any, name: str, rec: Recorder, items: "tuple[GuardedInt, ...] | None" = None):
+        super().__init__(value, name, rec)
+        self.items = items
+        self._read: dict[int, GuardedInt] = {}
 
     @staticmethod
     def make(rec: Recorder, items: list[Any]) -> "GuardedSize":
         dims = [as_int(rec, d) for d in items]
-        return GuardedSize(tuple(d.value for d in dims), rec.record(Op.SIZE_CTOR, tuple(dims)), rec)
+        return GuardedSize(tuple(d.value for d in dims), rec.record(Op.SIZE_CTOR, tuple(dims)), rec, tuple(dims))
 
     def __len__(self) -> int:
         return len(self.value)
@@ -161,7 +182,10 @@ class GuardedSize(Guarded):
         if not -len(self) <= i < len(self):
             raise IndexError(f"size index {i} out of range for rank {len(self)}")
         i %= len(self)
-        return GuardedInt(self.value[i], self.rec.record(Op.SIZE_INDEX, (self,), index=i), self.rec)
+        canon = self.items[i] if self.items is not None else self._read.get(i)
+        out = GuardedInt(self.value[i], self.rec.record(Op.SIZE_INDEX, (self,), index=i), self.rec, canon)
+        self._read.setdefault(i, out)
+        return out
 
     def __iter__(self) -> Iterator[GuardedInt]:
         return (self[i] for i in range(len(self)))

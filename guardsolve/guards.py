@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from guardsolve.interp import RuleTable, interpret
 from guardsolve.ir import Graph, Node
-from guardsolve.ops import BOOL_LOGIC, INT_ARITH, INT_COMPARE, TENSOR_ELEMENTWISE, Op
+from guardsolve.ops import BOOL_LOGIC, GUARD_OPS, INT_ARITH, INT_COMPARE, SAME_SHAPE, TENSOR_ELEMENTWISE, Op
 from guardsolve.signature import Param, dim_names
 
 
@@ -43,8 +43,20 @@ def signature_of(graph: Graph) -> tuple[Param, ...]:
 
 def is_guard_graph(graph: Graph) -> bool:
     """True when the graph holds only int/bool nodes (no tensors or sizes)."""
-    return all(n.op not in (Op.VAR_PLACEHOLDER, Op.VAR_SIZE, Op.SIZE_INDEX, Op.SIZE_CTOR,
-                            Op.VAR_EXPAND) and n.op not in TENSOR_ELEMENTWISE for n in graph.nodes)
+    return all(n.op in GUARD_OPS for n in graph.nodes)
+
+
+def value_bailouts(graph: Graph) -> set[int]:
+    """Indices of bailouts that depend on tensor data (`var_to_bool` in a tensor trace,
+    `bool_opaque` in a guard graph): not checkable from shapes."""
+    tainted: set[str] = set()
+    out: set[int] = set()
+    for i, n in enumerate(graph.nodes):
+        if n.op in (Op.BOOL_OPAQUE, Op.VAR_TO_BOOL) or any(x in tainted for x in n.inputs):
+            tainted.update(n.outputs)
+            if n.op is Op.BOOL_BAILOUT:
+                out.add(i)
+    return out
 
 
 def shape_rules(out: Graph, signature: tuple[Param, ...]) -> RuleTable:
@@ -55,12 +67,42 @@ def shape_rules(out: Graph, signature: tuple[Param, ...]) -> RuleTable:
     def enter(node: Node) -> None:
         current["meta"] = {"loc": node.meta.get("loc"), "trace_line": node.meta.get("line"),
                            "trace_node": str(node)}
+        current["outputs"] = node.outputs
 
     def emit(op: Op) -> Callable[..., Any]:
         return lambda *inputs, **params: out.emit(op, inputs, meta=dict(current["meta"]), **params)
 
-    def same_shape(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    def same_shape(a: tuple[str, ...], *rest: Any, **params: Any) -> tuple[str, ...]:
         return a
+
+    def const(v: int) -> str:
+        return out.emit(Op.INT_CONST, (), meta=dict(current["meta"]), val=v)
+
+    def add(a: str, b: str) -> str:
+        return out.emit(Op.INT_ADD, (a, b), meta=dict(current["meta"]))
+
+    def reduce(a: tuple[str, ...], *, fn: str, dims: tuple[int, ...], keepdim: bool) -> tuple[str, ...]:
+        if keepdim:
+            return tuple(const(1) if i in dims else d for i, d in enumerate(a))
+        return tuple(d for i, d in enumerate(a) if i not in dims)
+
+    def cat(*ts: tuple[str, ...], dim: int) -> tuple[str, ...]:
+        total = ts[0][dim]
+        for t in ts[1:]:
+            total = add(total, t[dim])
+        return ts[0][:dim] + (total,) + ts[0][dim + 1:]
+
+    def slice_(a: tuple[str, ...], start: str, end: str, *, dim: int, step: int) -> tuple[str, ...]:
+        m = dict(current["meta"])
+        n = out.emit(Op.INT_SUB, (end, start), meta=m)
+        if step != 1:  # ceil((end - start) / step)
+            n = out.emit(Op.INT_FLOORDIV, (add(n, const(step - 1)), const(step)), meta=m)
+        return a[:dim] + (n,) + a[dim + 1:]
+
+    def opaque(a: tuple[str, ...]) -> str:
+        # NOTE: a tensor's truth value is data, not shape: an unknown bool named after its node.
+        name = current["outputs"][0] if current["outputs"] else "value"
+        return out.emit(Op.BOOL_OPAQUE, (), meta=dict(current["meta"]), name=name)
 
     return RuleTable("shape", {
         **{op: emit(op) for op in INT_ARITH | INT_COMPARE | BOOL_LOGIC},
@@ -74,7 +116,20 @@ def shape_rules(out: Graph, signature: tuple[Param, ...]) -> RuleTable:
         Op.SIZE_INDEX: lambda s, *, index: s[index],
         Op.SIZE_CTOR: lambda *ds: tuple(ds),
         Op.VAR_EXPAND: lambda a, size: size,
-        **{op: same_shape for op in TENSOR_ELEMENTWISE},
+        **{op: same_shape for op in TENSOR_ELEMENTWISE | SAME_SHAPE},
+        Op.VAR_WHERE: same_shape,
+        Op.VAR_PARAM: lambda *, name, shape: tuple(const(d) for d in shape),
+        Op.VAR_REDUCE: reduce,
+        Op.VAR_MATMUL: lambda a, b: a[:-1] + b[-1:],
+        Op.VAR_RESHAPE: lambda a, size: size,
+        Op.VAR_PERMUTE: lambda a, *, dims: tuple(a[d] for d in dims),
+        Op.VAR_CAT: cat,
+        Op.VAR_SLICE: slice_,
+        Op.VAR_SELECT: lambda a, i, *, dim: a[:dim] + a[dim + 1:],
+        Op.VAR_CONV2D: lambda x, w, size, **params: size,
+        Op.VAR_EMBEDDING: lambda idx, w: idx + w[1:],
+        Op.VAR_TO_BOOL: opaque,
+        Op.BOOL_OPAQUE: emit(Op.BOOL_OPAQUE),
     }, enter)
 
 

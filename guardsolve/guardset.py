@@ -57,7 +57,7 @@ class GuardSet:
 
     def __init__(self, constraints: Sequence[Constraint], graph: Graph, dims: Sequence[str],
                  sizes: frozenset[str], signature: Sequence[Param] | None, implied: set[int],
-                 undecided: Sequence[str], tautologies: Sequence[int] = ()):
+                 undecided: Sequence[str], tautologies: Sequence[int] = (), value_guards: Sequence[int] = ()):
         self.constraints = tuple(constraints)
         self.graph = graph
         self.dims = tuple(dims)
@@ -66,6 +66,8 @@ class GuardSet:
         self.implied = frozenset(implied)
         self.undecided = tuple(undecided)
         self.tautologies = tuple(tautologies)
+        # Bailouts on tensor data (opted in at trace time): checked when the trace runs, not here.
+        self.value_guards = tuple(value_guards)
         self._printed: dict[str, Any] | None = None
         texts = [c.text for c in self.constraints]
         divides = any(_has_division(c) for c in self.constraints)
@@ -132,6 +134,44 @@ class GuardSet:
                 + (f"unknown dims: {', '.join(unknown)} (known: {', '.join(self.dims)})" if unknown else ""))
         return self._check_dims(**dims)
 
+    def input_dims(self, *args: Any) -> dict[str, int] | None:
+        """The dims of new inputs (the traced signature), or None if they do not fit it."""
+        if self.signature is None or len(args) != len(self.signature):
+            return None
+        dims: dict[str, int] = {}
+        for p, a in zip(self.signature, args):
+            if p.kind == "tensor":
+                if not hasattr(a, "shape") or len(a.shape) != p.rank:
+                    return None
+                dims.update(zip(p.dims, (int(d) for d in a.shape)))
+            else:
+                dims[p.name] = a
+        return dims
+
+    def first_failure(self, dims: Mapping[str, int]) -> Constraint | None:
+        """The first constraint (in canonical order) that `dims` violate, if any."""
+        for c in self.constraints:
+            try:
+                if not eval(c.text, {}, dict(dims)):  # NOTE: only on the miss path, never per hit
+                    return c
+            except ZeroDivisionError:
+                return c
+        return None
+
+    def explain_failure(self, *args: Any) -> str:
+        """Why new inputs miss: `a0 == b0 failed (a0=4, b0=8) — examples/mlp.py:12  code`."""
+        dims = self.input_dims(*args)
+        if dims is None:
+            ranks = ", ".join(f"{p.name}: rank {p.rank}" if p.kind == "tensor" else f"{p.name}: int"
+                              for p in self.signature or ())
+            return f"inputs do not fit the traced signature ({ranks})"
+        c = self.first_failure(dims)
+        if c is None:
+            return "all guards hold"
+        values = ", ".join(f"{d}={dims[d]}" for d in c.dims)
+        where = f" — {self._origin(min(c.prov))}" if c.prov else ""
+        return f"{c.text} failed ({values}){where}"
+
     # -- explaining ------------------------------------------------------------------------
 
     def _describe(self, i: int) -> str:
@@ -172,6 +212,9 @@ class GuardSet:
             if nodes:
                 out.append(title)
                 out += [f"    {self._describe(i)}  at {self._origin(i)}" for i in nodes]
+        if self.value_guards:
+            out.append("not checkable from shapes alone (checked while the trace runs):")
+            out += [f"    {self._describe(i)}  at {self._origin(i)}" for i in self.value_guards]
         if self.undecided:
             out.append("not proved minimal (solver undecided):")
             out += [f"    {u}" for u in self.undecided]

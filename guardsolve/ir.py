@@ -21,7 +21,7 @@ from guardsolve.errors import (
     ArityError, DuplicateNameError, TypeMismatchError, UndefinedNameError, UnknownOpError,
     UseBeforeDefinitionError,
 )
-from guardsolve.ops import SPECS, Op, Type
+from guardsolve.ops import SPECS, Ints, Number, Op, Type
 
 # NOTE: the prefix of fresh names by result type follows the notebook: bools share `i` with ints.
 PREFIX: Mapping[Type, str] = {Type.BOOL: "i", Type.INT: "i", Type.SIZE: "s", Type.TENSOR: "v"}
@@ -87,8 +87,10 @@ class Node:
 
 
 def format_param(v: Any) -> str:
-    """Params print bare: `name=a`, `val=1`, `expect=False`."""
-    return str(v)
+    """Params print bare: `name=a`, `val=1`, `expect=False`, `dims=[0, 2]`, `value=0.5`."""
+    if isinstance(v, tuple):
+        return "[" + ", ".join(str(x) for x in v) + "]"
+    return repr(v) if isinstance(v, float) else str(v)
 
 
 class Graph:
@@ -183,6 +185,19 @@ class Graph:
         return types
 
 
+_PARAM_NAMES = {bool: "a bool", int: "an int", str: "a name", Ints: "a list of ints", Number: "a number"}
+
+
+def _param_ok(v: Any, t: type) -> bool:
+    if t is Ints:
+        return isinstance(v, tuple) and all(type(x) is int for x in v)
+    if t is Number:
+        return type(v) in (int, float)
+    if t is str:
+        return isinstance(v, str) and v.isidentifier()
+    return type(v) is t
+
+
 def _check_node(n: Node, i: int, types: Mapping[str, Type], defined_at: Mapping[str, int]) -> dict[str, Type]:
     if not isinstance(n.op, Op):
         raise UnknownOpError(f"unknown op {n.op!r}", n, i)
@@ -195,8 +210,11 @@ def _check_node(n: Node, i: int, types: Mapping[str, Type], defined_at: Mapping[
         raise ArityError(f"{n.op} takes params {sorted(spec.params)}, got {sorted(n.params)}", n, i)
     for k, t in spec.params.items():
         v = n.params[k]
-        if type(v) is not t or (isinstance(v, str) and not v.isidentifier()):
-            raise TypeMismatchError(f"param {k}={v!r} should be a {t.__name__}", n, i)
+        if not _param_ok(v, t):
+            raise TypeMismatchError(f"param {k}={v!r} should be {_PARAM_NAMES.get(t, t.__name__)}", n, i)
+        allowed = spec.choices.get(k)
+        if allowed is not None and v not in allowed:
+            raise TypeMismatchError(f"param {k}={v!r} is not one of {', '.join(sorted(allowed))}", n, i)
     want_out = 0 if spec.result is None else 1
     if len(n.outputs) != want_out:
         raise ArityError(f"{n.op} has {want_out} outputs, got {len(n.outputs)}", n, i)

@@ -17,6 +17,7 @@ from guardsolve.errors import UnsatisfiableGuardsError
 from guardsolve.expr import (
     FALSE, TRUE, Const, Formula, Poly, Rel, conj, conjuncts, disj, divide, negate, normal, rel,
 )
+from guardsolve.guards import value_bailouts
 from guardsolve.interp import RuleTable, interpret
 from guardsolve.ir import Graph, Node
 from guardsolve.ops import Op
@@ -38,6 +39,7 @@ class Normalized:
     dims: list[str]
     sizes: frozenset[str]
     tautologies: list[int]
+    value_guards: list[int]
 
 
 def symbolic_rules(defined: list[tuple[Poly, int]], index: dict[str, int]) -> RuleTable:
@@ -71,6 +73,8 @@ def symbolic_rules(defined: list[tuple[Poly, int]], index: dict[str, int]) -> Ru
         Op.BOOL_AND: lambda a, b: conj([a, b]),
         Op.BOOL_OR: lambda a, b: disj([a, b]),
         Op.BOOL_BAILOUT: lambda b, *, expect: b if expect else negate(b),
+        # NOTE: data-dependent bailouts are set aside by `normalize`; this value is never used.
+        Op.BOOL_OPAQUE: lambda *, name: TRUE,
     }, enter)
 
 
@@ -85,8 +89,9 @@ def normalize(graph: Graph) -> Normalized:
     raw: list[tuple[Formula, int]] = []
     for den, i in defined:
         raw.append((normal(Rel("ne", den)), i))
+    values = value_bailouts(graph)
     for i, n in enumerate(graph.nodes):
-        if n.op is Op.BOOL_BAILOUT:
+        if n.op is Op.BOOL_BAILOUT and i not in values:
             f = env[n.inputs[0]]
             raw.append((f if n.params["expect"] else negate(f), i))
     atoms: dict[Formula, set[int]] = {}
@@ -98,7 +103,7 @@ def normalize(graph: Graph) -> Normalized:
             tautologies.append(i)
         for c in conjuncts(f):
             atoms.setdefault(c, set()).add(i)
-    return Normalized([Atom(f, frozenset(p)) for f, p in atoms.items()], dims, sizes, tautologies)
+    return Normalized([Atom(f, frozenset(p)) for f, p in atoms.items()], dims, sizes, tautologies, sorted(values))
 
 
 def describe(graph: Graph, i: int) -> str:

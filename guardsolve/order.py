@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Hashable, Iterable
+from typing import Callable, Hashable, Iterable
 
 from guardsolve.unify import Conflict
 
@@ -50,6 +50,7 @@ class OrderResult:
     diseqs: list[tuple[Diseq, bool]]  # (diseq, bounded: the interval of v - u is finite)
     equalities: list[tuple[str, str, int, set]]  # v == u + k, with provenance
     implied: set  # atom ids implied by what is kept
+    lower: Callable[[str], float] = lambda x: -INF  # the tightest implied lower bound of a dim
 
 
 class OrderLayer:
@@ -174,7 +175,7 @@ class OrderLayer:
             up = self._dist(adj, h, cache, d.u, d.v)
             lo = self._dist(adj, h, cache, d.v, d.u)
             diseqs.append((d, up < INF and lo < INF))
-        return OrderResult(kept, diseqs, [], self.implied)
+        return OrderResult(kept, diseqs, [], self.implied, lambda x: -self._dist(adj, h, cache, x, Z))
 
     def _dist(self, adj: dict[str, list[Edge]], h: dict[str, int], cache: dict[str, dict[str, int]],
               u: str, v: str) -> float:

@@ -14,12 +14,14 @@ from typing import Any
 
 from guardsolve.errors import ParseError
 from guardsolve.ir import Graph, Node
-from guardsolve.ops import SPECS, lookup
+from guardsolve.ops import SPECS, Ints, Number, lookup
 
-_TOKEN = re.compile(r"\s*(?:(?P<int>-?\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<punct>[=(),]))")
+_TOKEN = re.compile(
+    r"\s*(?:(?P<float>-?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|inf|nan))"
+    r"|(?P<int>-?\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<punct>[=(),\[\]]))")
 
 
-_ENFORCED = frozenset({"name", "int", "=", "(", ")", ","})
+_ENFORCED = frozenset({"name", "int", "=", "(", ")", ",", "[", "]"})
 
 
 class _Line:
@@ -114,7 +116,26 @@ def _parse_line(cur: _Line) -> Node:
 
 
 def _param_value(cur: _Line, t: type) -> Any:
+    if t is Ints:
+        cur.next("[")
+        items: list[int] = []
+        while True:
+            kind, word, col = cur.next("an integer or ']'")
+            if word == "]" and not items:
+                return tuple(items)
+            if kind != "int":
+                raise cur.error(f"expected an integer, found {word!r}", col)
+            items.append(int(word))
+            _, sep, col = cur.next("',' or ']'")
+            if sep == "]":
+                return tuple(items)
+            if sep != ",":
+                raise cur.error(f"expected ',' or ']', found {sep!r}", col)
     kind, word, col = cur.next("a value")
+    if t is Number:
+        if kind not in ("int", "float") and word not in ("inf", "nan"):
+            raise cur.error(f"expected a number, found {word!r}", col)
+        return int(word) if kind == "int" else float(word)
     if t is bool:
         if word not in ("True", "False"):
             raise cur.error(f"expected True or False, found {word!r}", col)

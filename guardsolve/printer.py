@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from guardsolve.interp import RuleTable, interpret
 from guardsolve.ir import Graph
@@ -43,7 +43,22 @@ def print_rules(lines: list[str]) -> RuleTable:
         Op.VAR_EXPAND: lambda a, size: f"{a}.expand{size}",
         **{op: _infix(sym) for op, sym in {Op.VAR_ADD: "+", Op.VAR_SUB: "-", Op.VAR_MUL: "*",
                                            Op.VAR_DIV: "/"}.items()},
+        **{op: _call(op) for op in Op if op.value.startswith("var_") and op not in _EXPLICIT},
+        Op.BOOL_OPAQUE: lambda *, name: f"bool({name})",
     })
+
+
+_EXPLICIT = frozenset({Op.VAR_PLACEHOLDER, Op.VAR_SIZE, Op.VAR_EXPAND, Op.VAR_ADD, Op.VAR_SUB, Op.VAR_MUL,
+                       Op.VAR_DIV})
+
+
+def _call(op: Op) -> Callable[..., str]:
+    """Any other tensor op prints as a call: `var_reduce(x, fn=sum, ...)`."""
+    def rule(*args: Any, **params: Any) -> str:
+        from guardsolve.ir import format_param
+
+        return f"{op}(" + ", ".join([str(a) for a in args] + [f"{k}={format_param(v)}" for k, v in params.items()]) + ")"
+    return rule
 
 
 def print_guards(graph: Graph) -> list[str]:

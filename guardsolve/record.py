@@ -39,10 +39,28 @@ def user_location() -> SourceLoc | None:
 
 
 class Recorder:
-    """Owns the graph of one trace; guarded values call `record` on their own recorder."""
+    """Owns the graph of one trace; guarded values call `record` on their own recorder.
 
-    def __init__(self) -> None:
+    `constants` holds the tensors the trace uses that are not inputs (module parameters and
+    buffers, captured tensors, scalars lifted for `where`); `names` pre-names some of them.
+    `value_guards` opts in to recording bailouts on tensor data.
+    """
+
+    def __init__(self, names: dict[int, str] | None = None, value_guards: bool = False) -> None:
         self.graph = Graph()
+        self.constants: dict[str, Any] = {}
+        self.names = dict(names or {})
+        self.value_guards = value_guards
+        self._lifted: dict[int, Any] = {}
+
+    def constant_name(self, t: Any) -> str:
+        """A fresh identifier for a constant tensor (its module path when known)."""
+        base = self.names.get(id(t), "const")
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in base)
+        if not base.isidentifier():
+            base = "p_" + base
+        name = base if base != "const" and base not in self.graph._used else self.graph.fresh(base + ("" if base == "const" else "_"))
+        return name
 
     def record(self, op: Op, inputs: tuple[Any, ...] = (), **params: Any) -> Any:
         """Append a node whose inputs are guarded values of this recorder; return its name

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from guardsolve.guardset import GuardSet
 
 
@@ -34,4 +36,22 @@ def text_report(gs: GuardSet, target: str, inputs: str, seconds: float, verified
                 lines.append(f"    {origin}")
     for u in gs.undecided:
         lines.append(f"note: {u}")
+    return "\n".join(lines)
+
+
+def trace_summary(t: Any, gs: GuardSet) -> str:
+    """What every example prints: trace size, raw bailouts, minimal guards, their explanation."""
+    nodes = len(t.graph)
+    tensor_ops = sum(1 for n in t.graph if n.op.value.startswith("var_") and n.op.value not in
+                     ("var_placeholder", "var_param", "var_size"))
+    lines = [
+        f"trace: {nodes} nodes ({tensor_ops} tensor ops, {len(t.constants)} constants)",
+        f"bailouts: {len(t.graph.bailouts())} raw -> {len(gs)} minimal guards",
+        "",
+        "# minimal guards",
+        str(gs) if len(gs) else "(none: any input of these ranks is accepted)",
+        "",
+        "# where each guard came from",
+        gs.explain(),
+    ]
     return "\n".join(lines)

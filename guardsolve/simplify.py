@@ -20,7 +20,7 @@ import networkx as nx
 
 from guardsolve.constraint import Constraint, DimOrder, render_eq, render_formula, render_ne, render_order
 from guardsolve.errors import UnsatisfiableGuardsError
-from guardsolve.expr import FALSE, TRUE, Formula, Poly, Rel, conjuncts, substitute
+from guardsolve.expr import FALSE, TRUE, Formula, Poly, Rel, cancel, conjuncts, substitute
 from guardsolve.guards import guard_graph, is_guard_graph, signature_of
 from guardsolve.guardset import GuardSet
 from guardsolve.ir import Graph
@@ -32,6 +32,16 @@ from guardsolve.unify import Conflict, UnionFind
 DEFAULT_TIMEOUT_MS = 5000
 
 Prov = frozenset
+
+
+def complexity(f: Formula) -> int:
+    """A size measure for choosing which of two equivalent guards to keep."""
+    if isinstance(f, Rel):
+        return sum(1 + 3 * len(m) + sum(5 + complexity(Rel("eq", a.num)) + complexity(Rel("eq", a.den))
+                                         for a in m if not isinstance(a, str)) for m, _ in f.poly.terms)
+    if hasattr(f, "args"):
+        return 2 + sum(complexity(a) for a in f.args)  # type: ignore[union-attr]
+    return 0
 
 
 def classify(f: Formula) -> tuple[Any, ...]:
@@ -122,16 +132,24 @@ class Simplifier:
                 for v, u, k, prov in res.equalities:
                     st.eqs.append((("bind", v, k) if u == Z else ("eq", v, u, k), frozenset(prov)))
                 continue
+            cancelled = self._cancel(general, res.lower)
+            if set(a.formula for a in cancelled) != set(a.formula for a in general):
+                # NOTE: the rewritten atoms may now belong to a fast layer; go round again with
+                # the substituted atoms (equivalent given the equalities, which are kept).
+                st.rest = [a for a in atoms if a not in general] + cancelled
+                continue
             break
         implied = st.implied | layer.implied
         undecided: list[str] = []
         kept_edges = res.edges
         kept_diseqs = [d for d, _ in res.diseqs]
         kept_general = general
-        hard = self._components(kept_edges, kept_diseqs, general, {d for d, bounded in res.diseqs if bounded})
+        hard = self._components(kept_edges, kept_diseqs, kept_general, {d for d, bounded in res.diseqs if bounded})
         for comp_edges, comp_diseqs, comp_general in hard:
             items: list[tuple[Formula, str, Prov, Any]] = []
-            for a in comp_general:
+            # NOTE: removal is tried on the most complex constraints first, so that of two
+            # equivalent guards the simpler one survives.
+            for a in sorted(comp_general, key=lambda a: -complexity(a.formula)):
                 items.append((a.formula, render_formula(a.formula, self.order), a.prov, a))
             for d in comp_diseqs:
                 items.append((self._ne_formula(d.u, d.v, d.k), render_ne(self.order, d.u, d.v, d.k), d.prov, d))
@@ -160,6 +178,16 @@ class Simplifier:
         out.sort(key=lambda c: c.sort_key(self.order))
         used = set().union(*(c.prov for c in out)) if out else set()
         return out, (implied - used) | set(self.norm.tautologies), undecided
+
+    def _cancel(self, general: list[Atom], lower: Callable[[str], float]) -> list[Atom]:
+        """Divide out dim factors the bounds make positive (`(x*a) % (x*b)` -> `x*(a % b)`)."""
+        out: dict[Formula, set[int]] = {}
+        for a in general:
+            f = cancel(a.formula, lambda d: lower(d) >= 1)
+            if f == TRUE:
+                continue  # NOTE: cannot happen for an atom the layers kept; guard anyway
+            out.setdefault(f, set()).update(a.prov)
+        return [Atom(f, frozenset(p)) for f, p in out.items()]
 
     def _dims(self, *names: str) -> tuple[str, ...]:
         return tuple(sorted((n for n in names if n != Z), key=self.order.key))
@@ -324,7 +352,7 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
     s = Simplifier(gg, timeout_ms)
     constraints, implied, undecided = s.run()
     gs = GuardSet(constraints, gg, s.norm.dims, frozenset(s.sizes), signature, implied, undecided,
-                  tuple(s.norm.tautologies))
+                  tuple(s.norm.tautologies), tuple(s.norm.value_guards))
     if verify:
         gs.verify(timeout_ms=timeout_ms)
     return gs

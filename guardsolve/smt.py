@@ -45,8 +45,16 @@ def formula_to_z3(f: Formula, var: Vars) -> z3.BoolRef:
     return z3.Or(args) if isinstance(f, Or) else z3.And(args)
 
 
-def z3_rules(var: Vars, facts: list[z3.BoolRef]) -> RuleTable:
-    """Lower a guard graph node by node: bailouts and `divisor != 0` go to `facts`."""
+def z3_rules(var: Vars, facts: list[z3.BoolRef], skip: frozenset[int] = frozenset(),
+             index: dict[int, int] | None = None) -> RuleTable:
+    """Lower a guard graph node by node: bailouts and `divisor != 0` go to `facts`.
+
+    Bailouts whose node index is in `skip` (data-dependent ones) are left out.
+    """
+    current = {"i": -1}
+
+    def enter(node: Any) -> None:
+        current["i"] = (index or {}).get(id(node), -1)
 
     def div(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         def rule(a: Any, b: Any) -> Any:
@@ -55,7 +63,8 @@ def z3_rules(var: Vars, facts: list[z3.BoolRef]) -> RuleTable:
         return rule
 
     def bailout(b: Any, *, expect: bool) -> None:
-        facts.append(b if expect else z3.Not(b))
+        if current["i"] not in skip:
+            facts.append(b if expect else z3.Not(b))
 
     return RuleTable("z3", {
         Op.INT_CONST: lambda *, val: z3.IntVal(val, var.ctx),
@@ -77,13 +86,17 @@ def z3_rules(var: Vars, facts: list[z3.BoolRef]) -> RuleTable:
         Op.BOOL_AND: lambda a, b: z3.And(a, b),
         Op.BOOL_OR: lambda a, b: z3.Or(a, b),
         Op.BOOL_BAILOUT: bailout,
-    })
+        Op.BOOL_OPAQUE: lambda *, name: z3.Bool(f"__value_{name}", var.ctx),
+    }, enter)
 
 
 def graph_to_z3(graph: Graph, var: Vars) -> z3.BoolRef:
-    """The exact acceptance condition of a guard graph: all bailouts hold, no division by 0."""
+    """The exact acceptance condition of a guard graph: all shape bailouts hold, no division by 0."""
+    from guardsolve.guards import value_bailouts
+
     facts: list[z3.BoolRef] = []
-    interpret(graph, z3_rules(var, facts))
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    interpret(graph, z3_rules(var, facts, frozenset(value_bailouts(graph)), index))
     return z3.And(facts) if facts else z3.BoolVal(True, var.ctx)
 
 

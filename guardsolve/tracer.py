@@ -11,7 +11,7 @@ a = var_placeholder(name=a, rank=1)
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -27,12 +27,19 @@ from guardsolve.tensor import TracedTensor
 
 @dataclass
 class Trace:
-    """A recorded trace: the tensor-trace `graph` and the concrete `output` of the run."""
+    """A recorded trace: the tensor-trace `graph` and the concrete `output` of the run.
+
+    `constants` are the tensors the trace uses that are not inputs (module parameters,
+    captured tensors), by their `var_param` name; `out_spec` is the output structure with
+    `Ref(name)` in place of each traced value.
+    """
 
     graph: Graph
     output: Any
     signature: tuple[Param, ...]
     fn: Callable[..., Any] | None = None
+    constants: dict[str, torch.Tensor] = field(default_factory=dict)
+    out_spec: Any = None
 
     def guard_graph(self) -> Graph:
         from guardsolve.guards import guard_graph
@@ -58,14 +65,24 @@ def parameter_names(fn: Callable[..., Any], n: int) -> list[str]:
     return names[:n]
 
 
-def trace(fn: Callable[..., Any], *example_inputs: Any) -> Trace:
+@dataclass(frozen=True)
+class Ref:
+    """A traced value's name inside `Trace.out_spec`."""
+
+    name: str
+
+
+def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = False) -> Trace:
     """Run `fn` on guarded versions of `example_inputs`, recording a tensor trace.
 
     Tensors become `var_placeholder`s and Python ints `int_arg`s, named after fn's
-    parameters. Every Python observation of a shape becomes a `bool_bailout`.
+    parameters (an `nn.Module` is traced through its `forward`; its parameters and buffers
+    become constants named after their module path). Every Python observation of a shape
+    becomes a `bool_bailout`. Reading tensor data (`if x.sum() > 0`, `.item()`) raises
+    `DataDependentError` unless `value_guards=True`, which records a value bailout instead.
     """
-    names = parameter_names(fn, len(example_inputs))
-    rec = Recorder()
+    names = parameter_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(example_inputs))
+    rec = Recorder(_module_names(fn), value_guards)
     kinds: list[tuple[str, str, int]] = []
     args: list[Any] = []
     for name, value in zip(names, example_inputs):
@@ -84,7 +101,27 @@ def trace(fn: Callable[..., Any], *example_inputs: Any) -> Trace:
     signature = dim_names(kinds)
     rec.graph.meta["signature"] = signature
     result = fn(*args)
-    return Trace(rec.graph, unwrap(result), signature, fn)
+    return Trace(rec.graph, unwrap(result), signature, fn, rec.constants, spec(result))
+
+
+def _module_names(fn: Any) -> dict[int, str]:
+    if not isinstance(fn, torch.nn.Module):
+        return {}
+    named = list(fn.named_parameters(remove_duplicate=True)) + list(fn.named_buffers(remove_duplicate=True))
+    return {id(t): name.replace(".", "_") for name, t in named}
+
+
+def spec(v: Any) -> Any:
+    """The output structure with `Ref`s in place of traced values."""
+    if isinstance(v, (TracedTensor, GuardedInt, GuardedBool, GuardedSize)):
+        return Ref(v.name)
+    if isinstance(v, tuple):
+        return tuple(spec(x) for x in v)
+    if isinstance(v, list):
+        return [spec(x) for x in v]
+    if isinstance(v, dict):
+        return {k: spec(x) for k, x in v.items()}
+    return v
 
 
 def unwrap(v: Any) -> Any:

@@ -180,14 +180,41 @@ def test_int_specialization_records_a_guard() -> None:
 
 def test_unsupported_op_names_function_and_list() -> None:
     with pytest.raises(guardsolve.UnsupportedOpError) as info:
-        guardsolve.trace(lambda x: torch.exp(x), torch.randn(3))
-    assert "torch.exp" in str(info.value) and "torch.add" in str(info.value)
-    with pytest.raises(guardsolve.UnsupportedOpError, match="Tensor.relu"):
-        guardsolve.trace(lambda x: x.relu(), torch.randn(3))
-    with pytest.raises(guardsolve.UnsupportedOpError, match="float operand"):
-        guardsolve.trace(lambda x: x * 2.0, torch.randn(3))
-    with pytest.raises(guardsolve.UnsupportedOpError, match="data-dependent"):
-        guardsolve.trace(lambda x: x if x else x, torch.randn(3))
+        guardsolve.trace(lambda x: torch.cumsum(x, 0), torch.randn(3))
+    assert "`torch.cumsum`" in str(info.value) and "torch.add" in str(info.value)
+    with pytest.raises(guardsolve.UnsupportedOpError, match="Tensor.cumprod"):
+        guardsolve.trace(lambda x: x.cumprod(0), torch.randn(3))
+    with pytest.raises(guardsolve.UnsupportedOpError, match="advanced"):
+        guardsolve.trace(lambda x, i: x[i], torch.randn(3), torch.tensor([0, 1]))
+
+
+def test_data_dependent_control_flow_names_the_line() -> None:
+    def f(x):
+        if x.sum() > 0:  # data, not shape
+            return x + x
+        return x - x
+
+    with pytest.raises(guardsolve.DataDependentError) as info:
+        guardsolve.trace(f, torch.ones(3))
+    assert "if x.sum() > 0:  # data, not shape" in str(info.value) and "value_guards=True" in str(info.value)
+    with pytest.raises(guardsolve.DataDependentError, match=r"\.item\(\)"):
+        guardsolve.trace(lambda x: x * x.sum().item(), torch.ones(3))
+
+
+def test_value_guards_opt_in() -> None:
+    def f(x):
+        if x.sum() > 0:
+            return x + x
+        return x - x
+
+    t = guardsolve.trace(f, torch.ones(3), value_guards=True)
+    gs = guardsolve.simplify(t.graph)
+    assert len(gs.value_guards) == 1
+    assert "not checkable from shapes alone" in gs.explain() and "if x.sum() > 0:" in gs.explain()
+    assert str(gs) == ""  # x + x needs no shape guard; only the value guard remains
+    with pytest.raises(guardsolve.GuardFailure):
+        guardsolve.run_trace(t.graph, -torch.ones(3))
+    assert torch.equal(guardsolve.run_trace(t.graph, 2 * torch.ones(3)), 4 * torch.ones(3))
 
 
 def test_bad_arguments() -> None:
