@@ -145,6 +145,8 @@ def _user_frame(e: BaseException) -> str:
 def _params(fn: Callable[..., Any]) -> list[str]:
     import inspect
 
+    if isinstance(fn, torch.nn.Module):
+        fn = fn.forward
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
