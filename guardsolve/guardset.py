@@ -172,6 +172,18 @@ class GuardSet:
         where = f" — {self._origin(min(c.prov))}" if c.prov else ""
         return f"{c.text} failed ({values}){where}"
 
+    def violations(self, dynamic: Sequence[str]) -> list[Any]:
+        """Minimal guards that constrain the declared-dynamic dims, with torch.export fixes."""
+        from guardsolve.dynamic import violations
+
+        return violations(self.constraints, self.dims, dynamic)
+
+    def export_spec(self, dynamic: Sequence[str]) -> Any:
+        """A `dynamic_shapes` spec for `torch.export.export` satisfying these guards."""
+        from guardsolve.dynamic import export_spec
+
+        return export_spec(self, dynamic)
+
     # -- explaining ------------------------------------------------------------------------
 
     def _describe(self, i: int) -> str:

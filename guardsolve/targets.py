@@ -28,6 +28,7 @@ class Loaded:
     graph: Graph
     target: str
     inputs: str
+    from_file: bool = False
 
 
 def parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
@@ -96,8 +97,10 @@ def load(target: str, shapes: Sequence[str] = (), ints: Sequence[str] = (),
     if ":" not in target or (os.path.exists(target) and not target.endswith(".py")):
         if not os.path.exists(target):
             raise TargetError(f"no such file: {target}")
+        if os.path.isdir(target):
+            raise TargetError(f"{target} is a directory, not a graph file")
         with open(target) as f:
-            return Loaded(Graph.parse(f.read()), target, "(saved graph)")
+            return Loaded(Graph.parse(f.read()), target, "(saved graph)", True)
     fn = load_callable(target)
     given: dict[str, Any] = {}
     dt = getattr(torch, dtype, None)
@@ -158,3 +161,59 @@ def _params(fn: Callable[..., Any]) -> list[str]:
 
 def describe_inputs(values: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def write_output(text: str, path: str | None) -> None:
+    if path is None:
+        print(text)
+        return
+    try:
+        with open(path, "w") as f:
+            f.write(text + "\n")
+    except OSError as e:
+        raise TargetError(f"cannot write {path}: {e.strerror}") from None
+
+
+def render_dot(text: str, path: str) -> None:
+    """Render DOT with the Graphviz `dot` program, by the output file's extension."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("dot")
+    if exe is None:
+        raise TargetError(f"rendering {path} needs Graphviz's `dot` program; write a .dot file instead")
+    fmt = os.path.splitext(path)[1].lstrip(".") or "svg"
+    done = subprocess.run([exe, f"-T{fmt}", "-o", path], input=text, text=True, capture_output=True)
+    if done.returncode != 0:
+        raise TargetError(f"dot failed: {done.stderr.strip().splitlines()[0] if done.stderr.strip() else done.returncode}")
+
+
+def new_dims(gs: Any, dims: Sequence[str], shapes: Sequence[str]) -> dict[str, int]:
+    """Dim values from `--dims a0=4,b0=8` and/or new shapes `--at a=4,8`."""
+    out: dict[str, int] = {}
+    for spec in dims:
+        for item in spec.split(","):
+            name, sep, value = item.partition("=")
+            try:
+                if not sep:
+                    raise ValueError
+                out[name.strip()] = int(value)
+            except ValueError:
+                raise TargetError(f"malformed --dims {spec!r}: expected a0=4,b0=8") from None
+    by_param = {p.name: p for p in gs.signature or ()}
+    for spec in shapes:
+        name, shape = parse_shape(spec)
+        p = by_param.get(name)
+        if p is None or p.kind != "tensor":
+            known = ", ".join(by_param) or "none (a guard graph has no tensors)"
+            raise TargetError(f"--shape/--at names unknown tensor {name!r} (tensors: {known})")
+        if len(shape) != p.rank:
+            raise TargetError(f"{name} was traced at rank {p.rank}; {list(shape)} has rank {len(shape)}")
+        out.update(zip(p.dims, shape))
+    unknown = [d for d in out if d not in gs.dims]
+    if unknown:
+        raise TargetError(f"unknown dim {unknown[0]!r} (dims: {', '.join(gs.dims)})")
+    missing = [d for d in gs.dims if d not in out]
+    if missing:
+        raise TargetError(f"no value for dim {missing[0]!r}: give --dims {missing[0]}=N")
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 import sys
@@ -19,7 +20,8 @@ def test_report_on_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(ROOT / "examples/notebook.py") + ":add", "--shape", "a=4", "--shape", "b=4",
                  "--verify"]) == 0
     out = capsys.readouterr().out
-    assert "guards: 5 bailouts -> 2 minimal constraints (irredundant: yes; z3-verified: yes)" in out
+    assert "trace: 24 nodes; 5 bailouts -> 2 minimal guards" in out
+    assert "minimal (irredundant): proved; equivalence and minimality verified by z3: yes" in out
     assert "\na0 == b0\n" in out and "\na0 != 1\n" in out and "notebook.py:14  return a + b" in out
 
 
@@ -78,3 +80,130 @@ def test_subprocess_and_python_m() -> None:
     out = subprocess.run([sys.executable, "-m", "guardsolve", "report", "nope.gs"], capture_output=True,
                          text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == "guardsolve: error: no such file: nope.gs"
+
+
+EXAMPLE_TARGETS = [
+    ("examples/notebook.py:add", ["--shape", "a=4", "--shape", "b=4"], "a0 == b0"),
+    ("examples/mlp.py:MLP", ["--shape", "x=32,64"], "x1 == 64"),
+    ("examples/attention.py:AttentionBlock", ["--shape", "x=2,16,64"], "x2 == 64"),
+    ("examples/cnn.py:SmallCNN", ["--shape", "x=4,3,16,16"], "x1 == 3"),
+    ("examples/cat_reshape.py:merge_pairs", ["--shape", "a=4,6", "--shape", "b=4,10"], "(a1 + b1) % 2 == 0"),
+    ("examples/branching.py:route", ["--shape", "x=32,8", "--shape", "y=8,4"], "x0 >= 17"),
+]
+
+
+@pytest.mark.parametrize("target, shapes, guard", EXAMPLE_TARGETS, ids=[t[0] for t in EXAMPLE_TARGETS])
+def test_every_example_is_a_target(target: str, shapes: list[str], guard: str, capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["report", target, *shapes]) == 0
+    assert f"\n{guard}\n" in capsys.readouterr().out
+
+
+def test_json_format(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    monkeypatch.chdir(ROOT)
+    assert main(["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--format", "json",
+                 "--dynamic", "a0"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["version"] == 1 and doc["bailouts"] == 5 and doc["trace_nodes"] == 24
+    assert [g["guard"] for g in doc["guards"]] == ["a0 == b0", "a0 != 1"]
+    src = doc["guards"][0]["sources"][0]
+    assert src == {"bailout": "assert (a0 == b0)", "file": "examples/notebook.py", "line": 14, "code": "return a + b"}
+    assert doc["implied"] == [] and doc["minimal"] is True
+    assert [x["bailout"] for x in doc["always_true"]] == ["assert (a0 == a0)"]
+    assert doc["dynamic"]["violations"][0]["kind"] == "equal"
+    assert "dynamic_shapes = {" in doc["dynamic"]["dynamic_shapes"]
+
+
+def test_python_and_dot_formats(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    args = ["report", "examples/branching.py:route", "--shape", "x=32,8", "--shape", "y=8,4"]
+    assert main(args + ["--format", "python"]) == 0
+    src = capsys.readouterr().out
+    ns: dict = {"Tensor": torch.Tensor}
+    exec(src, ns)
+    assert ns["check"](torch.randn(20, 3), torch.randn(3, 1)) and not ns["check"](torch.randn(2, 3), torch.randn(3, 1))
+    assert main(args + ["--format", "dot", "-o", str(tmp_path / "g.dot")]) == 0
+    dot = (tmp_path / "g.dot").read_text()
+    assert dot.startswith("digraph guards {") and 'subgraph cluster_0 { label="x1 class"' in dot
+    assert '"x0" -> "c17" [label=">="];' in dot
+
+
+def test_dot_rendering(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "g.svg"
+    rc = main(["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--format", "dot",
+               "-o", str(out)])
+    if shutil.which("dot"):
+        assert rc == 0 and out.read_text().lstrip().startswith("<?xml")
+    else:
+        assert rc == 2 and "needs Graphviz's `dot` program" in capsys.readouterr().err
+
+
+def test_trace_then_report_gives_the_same_guards(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    for target, shapes, _ in EXAMPLE_TARGETS:
+        saved = tmp_path / "t.gs"
+        assert main(["trace", target, *shapes, "-o", str(saved)]) == 0
+        assert main(["report", target, *shapes, "--format", "json"]) == 0
+        direct = json.loads(capsys.readouterr().out)
+        assert main(["report", str(saved), "--format", "json"]) == 0
+        again = json.loads(capsys.readouterr().out)
+        assert [g["guard"] for g in again["guards"]] == [g["guard"] for g in direct["guards"]], target
+
+
+def test_check_exit_codes(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    saved = tmp_path / "add.gs"
+    assert main(["trace", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "-o", str(saved)]) == 0
+    assert main(["check", str(saved), "--shape", "a=7", "--shape", "b=7"]) == 0
+    assert main(["check", str(saved), "--dims", "a0=4,b0=8"]) == 1
+    out = capsys.readouterr().out
+    assert "guard failed: a0 == b0 (a0=4, b0=8)" in out
+    assert main(["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--at", "a=1", "--at",
+                 "b=1"]) == 1
+    assert "guard failed: a0 != 1 (a0=1) — examples/notebook.py:14  return a + b" in capsys.readouterr().out
+    proc = subprocess.run([sys.executable, "-m", "guardsolve", "check", str(saved), "--dims", "a0=3,b0=3"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and "ok: all 2 guards hold" in proc.stdout
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims", "a0=1,c0=2"],
+     "unknown dim 'c0'"),
+    (["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims", "a0=1"],
+     "no value for dim 'b0'"),
+    (["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dynamic", "z9"],
+     "unknown dim 'z9' in dynamic"),
+    (["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims"], None),
+])
+def test_unknown_dims(argv: list[str], fragment: str | None, capsys: pytest.CaptureFixture[str],
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    if fragment is None:
+        with pytest.raises(SystemExit) as info:  # argparse: unknown option
+            main(argv)
+        assert info.value.code == 2
+        return
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err
+
+
+def test_unsupported_op_and_debug(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "cum.py"
+    script.write_text("import torch\n\ndef f(x):\n    return torch.cumsum(x, 0)\n")
+    assert main(["report", f"{script}:f", "--shape", "x=3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("guardsolve: error: guardsolve cannot trace `torch.cumsum`") and err.count("\n") == 1
+    assert main(["--debug", "report", f"{script}:f", "--shape", "x=3"]) == 2
+    assert "Traceback" in capsys.readouterr().err
+    assert main(["report", f"{script}:f", "--shape", "x=3", "--debug"]) == 2
+    assert "Traceback" in capsys.readouterr().err
