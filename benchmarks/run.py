@@ -1,0 +1,408 @@
+"""guardsolve vs PyTorch's ShapeEnv vs plain z3, measured side by side in one process.
+
+    python benchmarks/run.py [--quick]
+
+Prints a markdown report and writes it to benchmarks/RESULTS.md. Absolute times on shared
+machines are noisy: read the ratios, which compare runs made back to back in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+import tracemalloc
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+import z3  # noqa: E402
+
+import guardsolve  # noqa: E402
+from guardsolve.concrete import run_concrete  # noqa: E402
+from guardsolve.errors import GuardFailure  # noqa: E402
+from workloads import CMP, mixed_comparisons, mixed_guard_graph, scale_guard_graph  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """Median wall time of `repeats` runs, and the last result."""
+    times, out = [], None
+    for _ in range(repeats):
+        gc.collect()
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+# -- z3 helpers (outside every timed region) ------------------------------------------------
+
+
+def count_irredundant(constraints: list[Any], variables: list[Any], timeout_ms: int = 20000) -> int | str:
+    """How many of `constraints` are not implied by the others (plus variables >= 0)."""
+    s = z3.Solver()
+    s.set("timeout", timeout_ms)
+    s.add(*[v >= 0 for v in variables])
+    keep = [z3.Bool(f"k{i}") for i in range(len(constraints))]
+    neg = [z3.Bool(f"n{i}") for i in range(len(constraints))]
+    for i, c in enumerate(constraints):
+        s.add(z3.Implies(keep[i], c), z3.Implies(neg[i], z3.Not(c)))
+    count = 0
+    for i in range(len(constraints)):
+        r = s.check(*(keep[:i] + keep[i + 1:] + [neg[i]]))
+        if r == z3.unknown:
+            return "unknown"
+        count += r == z3.sat
+    return count
+
+
+def greedy_z3(constraints: list[Any], variables: list[Any]) -> int:
+    """The plain baseline: one solver, drop each constraint implied by the rest."""
+    s = z3.Solver()
+    s.add(*[v >= 0 for v in variables])
+    keep = [z3.Bool(f"k{i}") for i in range(len(constraints))]
+    neg = [z3.Bool(f"n{i}") for i in range(len(constraints))]
+    for i, c in enumerate(constraints):
+        s.add(z3.Implies(keep[i], c), z3.Implies(neg[i], z3.Not(c)))
+    active = set(range(len(constraints)))
+    for i in range(len(constraints)):
+        if s.check(*[keep[j] for j in active if j != i], neg[i]) == z3.unsat:
+            active.discard(i)
+    return len(active)
+
+
+_PYOPS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def shapeenv_to_z3(guards: list[str], variables: dict[str, Any]) -> list[Any]:
+    """PyTorch guard strings (`L['x1'] == L['x0']`, `2 <= L['x3']`) as z3 formulas."""
+    out = []
+    for text in guards:
+        expr = re.sub(r"L\['(\w+)'\](?:\.size\(\)\[0\])?", r"V['\1']", text)
+        out.append(eval(expr, {"V": variables}))
+    return out
+
+
+# -- 1. mixed-N -----------------------------------------------------------------------------
+
+
+def shapeenv_mixed(n: int) -> tuple[float, list[str]]:
+    from torch._dynamo.source import LocalSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    vals, comps = mixed_comparisons(n)
+    env = ShapeEnv(duck_shape=False)
+    srcs = [LocalSource(f"x{i}") for i in range(n)]
+    xs = [env.create_symintnode(env.create_symbol(v, source=s, dynamic_dim=DimDynamic.DYNAMIC), hint=v, source=s)
+          for v, s in zip(vals, srcs)]
+    t0 = time.perf_counter()
+    for op, i, j in comps:
+        rhs = j[1] if isinstance(j, tuple) else xs[j]
+        bool({"eq": xs[i] == rhs, "ne": xs[i] != rhs, "lt": xs[i] < rhs, "ge": xs[i] >= rhs}[op])
+    guards = env.produce_guards(xs, srcs)
+    return time.perf_counter() - t0, guards
+
+
+def bench_mixed(sizes: list[int], repeats: int, greedy_max: int) -> list[dict[str, Any]]:
+    rows = []
+    for n in sizes:
+        g = mixed_guard_graph(n)
+        t_gs, gs = timed(lambda: guardsolve.simplify(g), repeats)
+        runs = [shapeenv_mixed(n) for _ in range(max(1, repeats if n <= 1000 else 1))]
+        t_pt = statistics.median(r[0] for r in runs)
+        pt_guards = runs[-1][1]
+        var = {f"x{i}": z3.Int(f"x{i}") for i in range(n)}
+        vs = list(var.values())
+        vals, comps = mixed_comparisons(n)
+        original = []
+        for op, i, j in comps:
+            rhs, rv = (j[1], j[1]) if isinstance(j, tuple) else (var[f"x{j}"], vals[j])
+            c = {"eq": var[f"x{i}"] == rhs, "ne": var[f"x{i}"] != rhs, "lt": var[f"x{i}"] < rhs,
+                 "ge": var[f"x{i}"] >= rhs}[op]
+            original.append(c if CMP[op](vals[i], rv) else z3.Not(c))
+        if n <= greedy_max:
+            t_greedy, greedy_count = timed(lambda: greedy_z3(original, vs), 1)
+        else:
+            t_greedy, greedy_count = float("nan"), None
+        ctx_var = guardsolve.smt.z3_vars()
+        mine = [guardsolve.smt.formula_to_z3(c.formula, ctx_var) for c in gs]
+        mine_vars = [ctx_var(f"x{i}") for i in range(n)]
+        rows.append({
+            "n": n, "bailouts": len(comps), "t_gs": t_gs, "t_pt": t_pt, "t_greedy": t_greedy,
+            "gs_guards": len(gs), "gs_irredundant": count_irredundant(mine, mine_vars),
+            "pt_guards": len(pt_guards), "pt_irredundant": count_irredundant(shapeenv_to_z3(pt_guards, var), vs),
+            "greedy_guards": greedy_count,
+        })
+        print(f"  mixed-{n}: done", file=sys.stderr)
+    return rows
+
+
+# -- 2. chain-N -----------------------------------------------------------------------------
+
+
+def chain(*xs: Any) -> Any:
+    out = xs[0]
+    for x in xs[1:]:
+        out = out + x
+    return out
+
+
+def pytorch_chain(xs: list[torch.Tensor]) -> list[str]:
+    import torch.fx.experimental._config as fx_config
+    from torch._dynamo.source import LocalSource
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with fx_config.patch(use_duck_shape=False):
+        gm = make_fx(chain, tracing_mode="symbolic")(*xs)
+    fakes = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    return fakes[0].fake_mode.shape_env.produce_guards(fakes, [LocalSource(f"x{i}") for i in range(len(xs))])
+
+
+def bench_chain(sizes: list[int], repeats: int) -> list[dict[str, Any]]:
+    rows = []
+    for n in sizes:
+        xs = [torch.randn(8) for _ in range(n)]
+        t_gs, gs = timed(lambda: guardsolve.simplify(guardsolve.trace(chain, *xs)), repeats)
+        t_pt, pt = timed(lambda: pytorch_chain(xs), 1 if n > 1000 else repeats)
+        rows.append({"n": n, "t_gs": t_gs, "t_pt": t_pt, "gs_guards": len(gs), "pt_guards": len(pt)})
+        print(f"  chain-{n}: done", file=sys.stderr)
+    return rows
+
+
+# -- 3. models ------------------------------------------------------------------------------
+
+
+def _example(name: str, attr: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(HERE, "..", "examples", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return getattr(module, attr)().eval()
+
+
+MODELS = [("MLP", "mlp", "MLP", (32, 64)), ("attention", "attention", "AttentionBlock", (2, 16, 64)),
+          ("CNN", "cnn", "SmallCNN", (4, 3, 16, 16))]
+
+
+def bench_models(repeats: int) -> list[dict[str, Any]]:
+    rows = []
+    for label, name, attr, shape in MODELS:
+        model = _example(name, attr)
+        x = torch.randn(shape)
+        with torch.no_grad():
+            t_eager, _ = timed(lambda: model(x), repeats * 5)
+            t_trace, t = timed(lambda: guardsolve.trace(model, x), repeats)
+        t_simplify, gs = timed(lambda: guardsolve.simplify(t), repeats)
+        rows.append({"model": label, "t_eager": t_eager, "t_trace": t_trace, "t_simplify": t_simplify,
+                     "bailouts": len(t.graph.bailouts()), "guards": len(gs), "nodes": len(t.graph)})
+    return rows
+
+
+# -- 4. check -------------------------------------------------------------------------------
+
+
+def pytorch_guard_fn(fn: Any, inputs: list[torch.Tensor]) -> Callable[..., bool] | None:
+    """PyTorch's own guards for `fn` (make_fx symbolic + produce_guards), compiled to a function."""
+    from torch._dynamo.source import LocalSource
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    try:
+        gm = make_fx(fn, tracing_mode="symbolic")(*inputs)
+    except Exception:
+        return None
+    fakes = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    names = [f"x{i}" for i in range(len(inputs))]
+    guards = fakes[0].fake_mode.shape_env.produce_guards(fakes, [LocalSource(n) for n in names])
+    body = " and ".join(f"({g})" for g in guards) or "True"
+    ns: dict[str, Any] = {}
+    exec(f"def guard({', '.join(names)}):\n    L = {{{', '.join(repr(n) + ': ' + n for n in names)}}}\n"
+         f"    return {body}", ns)
+    return ns["guard"]
+
+
+def bench_check(calls: int) -> list[dict[str, Any]]:
+    cases = [("notebook add", lambda a, b: a + b, [torch.randn(4), torch.randn(4)]),
+             ("chain-100", chain, [torch.randn(8) for _ in range(100)]),
+             ("attention", _example("attention", "AttentionBlock"), [torch.randn(2, 16, 64)])]
+    rows = []
+    for label, fn, inputs in cases:
+        t = guardsolve.trace(fn, *inputs)
+        gs = guardsolve.simplify(t)
+        raw = guardsolve.guard_graph(t.graph)
+        sig = gs.signature
+
+        def interpret_raw() -> bool:
+            dims = {}
+            for p, a in zip(sig, inputs):
+                dims.update(zip(p.dims, a.shape))
+            try:
+                run_concrete(raw, dims)
+                return True
+            except GuardFailure:
+                return False
+
+        assert gs.check(*inputs) and interpret_raw()
+        t_compiled, _ = timed(lambda: [gs.check(*inputs) for _ in range(calls)], 3)
+        n_raw = max(1, calls // 20)
+        t_raw, _ = timed(lambda: [interpret_raw() for _ in range(n_raw)], 3)
+        pt = pytorch_guard_fn(fn, inputs) if not isinstance(fn, torch.nn.Module) else None
+        t_pt = timed(lambda: [pt(*inputs) for _ in range(calls)], 3)[0] / calls if pt else float("nan")
+        rows.append({"case": label, "guards": len(gs), "bailouts": len(raw.bailouts()),
+                     "per_compiled": t_compiled / calls, "per_raw": t_raw / n_raw, "per_pt": t_pt})
+    return rows
+
+
+# -- 5. scale -------------------------------------------------------------------------------
+
+
+def bench_scale(sizes: list[int]) -> list[dict[str, Any]]:
+    rows = []
+    for n in sizes:
+        g = scale_guard_graph(n)
+        gc.collect()
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        gs = guardsolve.simplify(g)
+        elapsed = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        rows.append({"n": n, "bailouts": len(g.bailouts()), "t": elapsed, "guards": len(gs), "peak_mb": peak / 2**20,
+                     "minimal": gs.minimal})
+        print(f"  scale-{n}: done", file=sys.stderr)
+        del g, gs
+    return rows
+
+
+# -- report ---------------------------------------------------------------------------------
+
+
+def fmt(t: float) -> str:
+    if t != t:
+        return "—"
+    return f"{t * 1e6:.1f} µs" if t < 1e-3 else f"{t * 1e3:.1f} ms" if t < 1 else f"{t:.2f} s"
+
+
+def ratio(a: float, b: float) -> str:
+    return "—" if a != a or b != b or b == 0 else f"{a / b:.1f}×"
+
+
+def report(args: argparse.Namespace, mixed: list, chains: list, models: list, checks: list, scale: list) -> str:
+    cmd = "python benchmarks/run.py" + (" --quick" if args.quick else "")
+    lines = [
+        "# guardsolve benchmarks", "",
+        f"Command: `{cmd}`  ",
+        f"Date: {datetime.date.today().isoformat()}  ",
+        f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
+        f"torch {torch.__version__}, z3 {z3.get_version_string()}, guardsolve {guardsolve_version()}  ",
+        "Times are medians of repeats in one process; ratios compare runs made back to back.", "",
+        "## mixed-N: the same recorded comparisons, simplified", "",
+        "| N | bailouts | guardsolve | ShapeEnv (guard calls + produce_guards) | greedy z3 | ShapeEnv / guardsolve "
+        "| greedy z3 / guardsolve | guards emitted (gs / ShapeEnv / greedy) | irredundant (gs / ShapeEnv) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in mixed:
+        lines.append(f"| {r['n']} | {r['bailouts']} | {fmt(r['t_gs'])} | {fmt(r['t_pt'])} | {fmt(r['t_greedy'])} | "
+                     f"{ratio(r['t_pt'], r['t_gs'])} | {ratio(r['t_greedy'], r['t_gs'])} | "
+                     f"{r['gs_guards']} / {r['pt_guards']} / {r['greedy_guards'] if r['greedy_guards'] is not None else '—'} | "
+                     f"{r['gs_irredundant']} / {r['pt_irredundant']} |")
+    lines += ["", "## chain-N: `x0 + x1 + ... + x_{N-1}` on `[8]` inputs, tracing to final guards", "",
+              "| N | guardsolve (trace + simplify) | PyTorch (make_fx symbolic + produce_guards) | ratio | guards (gs / PyTorch) |",
+              "|---|---|---|---|---|"]
+    for r in chains:
+        lines.append(f"| {r['n']} | {fmt(r['t_gs'])} | {fmt(r['t_pt'])} | {ratio(r['t_pt'], r['t_gs'])} | "
+                     f"{r['gs_guards']} / {r['pt_guards']} |")
+    lines += ["", "## models (examples/)", "",
+              "| model | eager forward | trace | trace / eager | simplify | trace nodes | bailouts → minimal guards |",
+              "|---|---|---|---|---|---|---|"]
+    for r in models:
+        lines.append(f"| {r['model']} | {fmt(r['t_eager'])} | {fmt(r['t_trace'])} | {ratio(r['t_trace'], r['t_eager'])} | "
+                     f"{fmt(r['t_simplify'])} | {r['nodes']} | {r['bailouts']} → {r['guards']} |")
+    lines += ["", "## check: per-call cost of deciding whether a trace can be reused", "",
+              "| case | bailouts → guards | compiled minimal `GuardSet.check` | interpreting the raw guard graph | "
+              "PyTorch guard function | raw / compiled | PyTorch / compiled |",
+              "|---|---|---|---|---|---|---|"]
+    for r in checks:
+        lines.append(f"| {r['case']} | {r['bailouts']} → {r['guards']} | {fmt(r['per_compiled'])} | {fmt(r['per_raw'])} | "
+                     f"{fmt(r['per_pt'])} | {ratio(r['per_raw'], r['per_compiled'])} | {ratio(r['per_pt'], r['per_compiled'])} |")
+    lines += ["", "## scale: simplify on generated guard graphs mixing every constraint kind", "",
+              "| bailouts | time | peak memory (tracemalloc) | guards | minimal | time ratio vs previous |", "|---|---|---|---|---|---|"]
+    prev = None
+    for r in scale:
+        lines.append(f"| {r['bailouts']} | {fmt(r['t'])} | {r['peak_mb']:.0f} MiB | {r['guards']} | {r['minimal']} | "
+                     f"{ratio(r['t'], prev['t']) if prev else '—'} |")
+        prev = r
+    lines += ["", "## targets", ""] + [f"- {t}" for t in targets(mixed, chains, checks, scale)]
+    return "\n".join(lines) + "\n"
+
+
+def targets(mixed: list, chains: list, checks: list, scale: list) -> list[str]:
+    out = []
+
+    def mark(ok: bool, text: str) -> None:
+        out.append(f"{'MET' if ok else 'MISSED'}: {text}")
+
+    for r in mixed:
+        if r["n"] == 1000:
+            mark(r["t_pt"] / r["t_gs"] >= 10, f"mixed-1000 guardsolve ≥ 10× faster than ShapeEnv ({ratio(r['t_pt'], r['t_gs'])})")
+            if r["t_greedy"] == r["t_greedy"]:
+                mark(r["t_greedy"] / r["t_gs"] >= 100,
+                     f"mixed-1000 guardsolve ≥ 100× faster than greedy z3 ({ratio(r['t_greedy'], r['t_gs'])})")
+        fewer = r["greedy_guards"] is None or r["gs_guards"] <= r["greedy_guards"]
+        mark(r["gs_irredundant"] == r["gs_guards"] and fewer,
+             f"mixed-{r['n']}: only irredundant guards ({r['gs_irredundant']}/{r['gs_guards']}), "
+             f"no more than greedy z3 ({r['greedy_guards'] if r['greedy_guards'] is not None else 'not run'})")
+    for r in chains:
+        if r["n"] == 1000:
+            mark(r["t_pt"] / r["t_gs"] >= 20, f"chain-1000 end to end ≥ 20× faster than PyTorch ({ratio(r['t_pt'], r['t_gs'])})")
+    for r in checks:
+        mark(r["per_raw"] / r["per_compiled"] >= 20,
+             f"check ({r['case']}): compiled minimal check ≥ 20× faster than the raw guard graph "
+             f"({ratio(r['per_raw'], r['per_compiled'])})")
+    for a, b in zip(scale, scale[1:]):
+        grow = b["bailouts"] / a["bailouts"]
+        mark(b["t"] / a["t"] <= 1.5 * grow,
+             f"scale {a['bailouts']} → {b['bailouts']}: {grow:.0f}× bailouts cost {b['t'] / a['t']:.1f}× time (≤ {1.5 * grow:.0f}×)")
+    return out
+
+
+def guardsolve_version() -> str:
+    from importlib.metadata import version
+
+    try:
+        return version("guardsolve")
+    except Exception:
+        return "dev"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (under 5 minutes)")
+    p.add_argument("--only", choices=["mixed", "chain", "models", "check", "scale"], action="append")
+    p.add_argument("--no-write", action="store_true", help="do not write benchmarks/RESULTS.md")
+    args = p.parse_args()
+    only = set(args.only or ["mixed", "chain", "models", "check", "scale"])
+    rep = 2 if args.quick else 3
+    mixed = bench_mixed([100, 1000] if args.quick else [100, 1000, 5000], rep, greedy_max=1000) if "mixed" in only else []
+    chains = bench_chain([100, 1000] if args.quick else [100, 1000, 5000], rep) if "chain" in only else []
+    models = bench_models(rep) if "models" in only else []
+    checks = bench_check(2000 if args.quick else 10000) if "check" in only else []
+    scale = bench_scale([10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]) if "scale" in only else []
+    text = report(args, mixed, chains, models, checks, scale)
+    print(text)
+    if not args.no_write and only == {"mixed", "chain", "models", "check", "scale"}:
+        with open(os.path.join(HERE, "RESULTS.md"), "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
