@@ -50,7 +50,7 @@ class OrderResult:
     diseqs: list[tuple[Diseq, bool]]  # (diseq, bounded: the interval of v - u is finite)
     equalities: list[tuple[str, str, int, set]]  # v == u + k, with provenance
     implied: set  # atom ids implied by what is kept
-    lower: Callable[[str], float] = lambda x: -INF  # the tightest implied lower bound of a dim
+    positive: Callable[[str], bool] = lambda x: False  # is `x >= 1` implied?
 
 
 class OrderLayer:
@@ -87,6 +87,14 @@ class OrderLayer:
         adj: dict[str, list[Edge]] = defaultdict(list)
         for e in self.edges.values():
             adj[e.u].append(e)
+        return adj
+
+    @staticmethod
+    def _sorted(adj: dict[str, list[Edge]], h: dict[str, int]) -> dict[str, list[Edge]]:
+        """Each node's out-edges by increasing reduced weight, so searches can stop early
+        (Z's fan-out to every bounded dim would otherwise be scanned by every search)."""
+        for u, es in adj.items():
+            es.sort(key=lambda e: e.w + h[u] - h[e.v])
         return adj
 
     def _potentials(self, adj: dict[str, list[Edge]]) -> dict[str, int]:
@@ -129,9 +137,14 @@ class OrderLayer:
                 return ids
 
     @staticmethod
-    def _dijkstra(adj: dict[str, list[Edge]], h: dict[str, int], src: str,
-                  skip: Edge | None = None, goal: str | None = None, limit: float = INF) -> dict[str, int]:
-        """Exact distances from src (reduced by potentials h); stops early at `goal` or `limit`."""
+    def _dijkstra(adj: dict[str, list[Edge]], h: dict[str, int], src: str, skip: Edge | None = None,
+                  goal: str | None = None, limit: float = INF, radius: float = INF) -> dict[str, int]:
+        """Exact distances from src (Dijkstra on weights reduced by potentials h).
+
+        Stops at `goal` once its distance is known to exceed `limit`, or past reduced distance
+        `radius`; only nodes settled before stopping are returned.
+        """
+        cap = min(radius, limit + h[src] - h[goal]) if goal is not None else radius
         dist: dict[str, int] = {src: 0}
         heap = [(0, src)]
         done: set[str] = set()
@@ -142,12 +155,15 @@ class OrderLayer:
             done.add(x)
             if x == goal:
                 break
-            if goal is not None and d > limit + h[src] - h[goal]:
+            if d > cap:
+                done.discard(x)
                 break
             for e in adj.get(x, ()):
+                nd = d + e.w + h[x] - h[e.v]
+                if nd > cap:
+                    break  # NOTE: adjacency is sorted by reduced weight (see _sorted)
                 if e is skip:
                     continue
-                nd = d + e.w + h[x] - h[e.v]
                 if nd < dist.get(e.v, INF):
                     dist[e.v] = nd
                     heapq.heappush(heap, (nd, e.v))
@@ -160,6 +176,7 @@ class OrderLayer:
         while True:
             adj = self._adjacency()
             h = self._potentials(adj)
+            adj = self._sorted(adj, h)
             eqs = self._zero_cycles(adj, h)
             if eqs:
                 return OrderResult([], [], eqs, self.implied)
@@ -167,23 +184,23 @@ class OrderLayer:
                 break
         adj = self._adjacency()
         h = self._potentials(adj)
-        kept = self._reduce(adj, h)
-        adj = self._adjacency()
-        diseqs = []
-        cache: dict[str, dict[str, int]] = {}
-        for d in self.diseqs.values():
-            up = self._dist(adj, h, cache, d.u, d.v)
-            lo = self._dist(adj, h, cache, d.v, d.u)
-            diseqs.append((d, up < INF and lo < INF))
-        return OrderResult(kept, diseqs, [], self.implied, lambda x: -self._dist(adj, h, cache, x, Z))
+        kept = self._reduce(self._sorted(adj, h), h)
+        adj = self._sorted(self._adjacency(), h)
+        reach = _Reach(adj)
+        diseqs = [(d, reach.finite(d.u, d.v) and reach.finite(d.v, d.u)) for d in self.diseqs.values()]
+        return OrderResult(kept, diseqs, [], self.implied, lambda x: self._within(adj, h, x, Z, -1))
 
-    def _dist(self, adj: dict[str, list[Edge]], h: dict[str, int], cache: dict[str, dict[str, int]],
-              u: str, v: str) -> float:
+    def _within(self, adj: dict[str, list[Edge]], h: dict[str, int], u: str, v: str, limit: int) -> bool:
+        """Is `v - u <= limit` implied (a path u -> v of weight <= limit)?"""
+        return self._bounded_dist(adj, h, u, v, limit) <= limit
+
+    def _bounded_dist(self, adj: dict[str, list[Edge]], h: dict[str, int], u: str, v: str, limit: float) -> float:
+        """dist(u, v) when it is <= limit, else something larger (INF)."""
+        if u == v:
+            return 0
         if u not in h or v not in h:
-            return 0 if u == v else INF
-        if u not in cache:
-            cache[u] = self._dijkstra(adj, h, u)
-        return cache[u].get(v, INF)
+            return INF
+        return self._dijkstra(adj, h, u, goal=v, limit=limit).get(v, INF)
 
     def _zero_cycles(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> list[tuple[str, str, int, set]]:
         """Nodes on a zero-weight cycle are equal up to an offset (SCCs of tight edges)."""
@@ -210,10 +227,10 @@ class OrderLayer:
     def _tighten(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> bool:
         """Apply disequalities at the boundary of their interval; drop implied ones."""
         changed = False
-        cache: dict[str, dict[str, int]] = {}
         for key, d in list(self.diseqs.items()):
-            up = self._dist(adj, h, cache, d.u, d.v)   # v - u <= up
-            lo = -self._dist(adj, h, cache, d.v, d.u)  # v - u >= lo
+            # NOTE: only the comparison with k matters, so each search stops past k.
+            up = self._bounded_dist(adj, h, d.u, d.v, d.k)     # v - u <= up
+            lo = -self._bounded_dist(adj, h, d.v, d.u, -d.k)   # v - u >= lo
             if d.k > up or d.k < lo:
                 self.implied |= d.prov
                 del self.diseqs[key]
@@ -232,12 +249,73 @@ class OrderLayer:
         return changed
 
     def _reduce(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> list[Edge]:
-        """Remove, one at a time, each non-background edge implied by the remaining ones."""
-        order = sorted((e for e in self.edges.values() if not e.background), key=lambda e: (-abs(e.w), e.u, e.v))
-        for e in order:
-            d = self._dijkstra(adj, h, e.u, skip=e, goal=e.v, limit=e.w).get(e.v, INF)
-            if d <= e.w:
-                self.implied |= e.prov
-                adj[e.u] = [x for x in adj[e.u] if x is not e]
-                del self.edges[(e.u, e.v)]
+        """Remove every non-background edge implied by the remaining ones.
+
+        One bounded Dijkstra per source node decides all of its out-edges: `u -> v (w)` is
+        implied when some in-edge `x -> v` other than itself closes a path of weight <= w.
+        NOTE: with no zero-weight cycle left (solve() unified them), a path back through the
+        edge itself is strictly heavier, and two edges cannot each be the other's only
+        alternative, so removing every implied edge at once is the same as one at a time.
+        """
+        edges = dict(self.edges)
+        into: dict[str, list[Edge]] = defaultdict(list)
+        by_source: dict[str, list[Edge]] = defaultdict(list)
+        for e in self.edges.values():
+            into[e.v].append(e)
+            if not e.background:
+                by_source[e.u].append(e)
+        for u, out in by_source.items():
+            radius = max(e.w + h[u] - h[e.v] for e in out)
+            dist = self._dijkstra(adj, h, u, radius=radius)
+            for e in out:
+                # NOTE: scan whichever is smaller: v's in-edges (Z has one per dim) or the settled set
+                if len(into[e.v]) <= len(dist):
+                    alt = min((dist[f.u] + f.w for f in into[e.v] if f is not e and f.u in dist), default=INF)
+                else:
+                    alt = min((d + f.w for x, d in dist.items() if x != u and (f := edges.get((x, e.v))) is not None),
+                              default=INF)
+                if alt <= e.w:
+                    self.implied |= e.prov
+                    del self.edges[(e.u, e.v)]
         return [e for e in self.edges.values() if not e.background]
+
+class _Reach:
+    """Cheap reachability for deciding whether a difference is bounded both ways.
+
+    It may answer "finite" for an infinite distance (that only sends a component to z3),
+    never the reverse.
+    """
+
+    CAP = 2000
+
+    def __init__(self, adj: dict[str, list[Edge]]):
+        self.adj = adj
+        radj: dict[str, list[str]] = defaultdict(list)
+        for u, es in adj.items():
+            for e in es:
+                radj[e.v].append(u)
+        self.from_z = self._bfs(Z, lambda x: [e.v for e in adj.get(x, ())], None)
+        self.to_z = self._bfs(Z, lambda x: radj.get(x, []), None)
+
+    @staticmethod
+    def _bfs(start: str, nxt: Callable[[str], list[str]], cap: int | None) -> set[str]:
+        seen = {start}
+        todo = [start]
+        while todo:
+            x = todo.pop()
+            for y in nxt(x):
+                if y not in seen:
+                    seen.add(y)
+                    todo.append(y)
+                    if cap is not None and len(seen) > cap:
+                        return seen
+        return seen
+
+    def finite(self, u: str, v: str) -> bool:
+        if u == v or (u in self.to_z and v in self.from_z):
+            return True
+        if u == Z or v == Z:
+            return False  # NOTE: from_z / to_z are exact for paths that start or end at Z
+        # NOTE: paths through Z are covered above; searching past Z would visit every bounded dim.
+        seen = self._bfs(u, lambda x: [e.v for e in self.adj.get(x, ()) if e.v != Z], self.CAP)
+        return v in seen or len(seen) > self.CAP

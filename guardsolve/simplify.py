@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import networkx as nx
+import z3
 
 from guardsolve.constraint import Constraint, DimOrder, render_eq, render_formula, render_ne, render_order
 from guardsolve.errors import UnsatisfiableGuardsError
@@ -132,11 +133,12 @@ class Simplifier:
                 for v, u, k, prov in res.equalities:
                     st.eqs.append((("bind", v, k) if u == Z else ("eq", v, u, k), frozenset(prov)))
                 continue
-            cancelled = self._cancel(general, res.lower)
+            cancelled = self._cancel(general, res.positive)
             if set(a.formula for a in cancelled) != set(a.formula for a in general):
                 # NOTE: the rewritten atoms may now belong to a fast layer; go round again with
                 # the substituted atoms (equivalent given the equalities, which are kept).
-                st.rest = [a for a in atoms if a not in general] + cancelled
+                moved = {id(a) for a in general}
+                st.rest = [a for a in atoms if id(a) not in moved] + cancelled
                 continue
             break
         implied = st.implied | layer.implied
@@ -145,7 +147,11 @@ class Simplifier:
         kept_diseqs = [d for d, _ in res.diseqs]
         kept_general = general
         hard = self._components(kept_edges, kept_diseqs, kept_general, {d for d, bounded in res.diseqs if bounded})
-        for comp_edges, comp_diseqs, comp_general in hard:
+        background_of = {e.u: e for e in layer.edges.values() if e.background}
+        ctx: z3.Context | None = None
+        for k, (comp_edges, comp_diseqs, comp_general) in enumerate(hard):
+            if k % 128 == 0:  # NOTE: share a context (costly to make) but let it not grow forever
+                ctx = z3.Context()
             items: list[tuple[Formula, str, Prov, Any]] = []
             # NOTE: removal is tried on the most complex constraints first, so that of two
             # equivalent guards the simpler one survives.
@@ -157,10 +163,9 @@ class Simplifier:
                 items.append((self._le_formula(e.u, e.v, e.w), render_order(self.order, e.u, e.v, e.w), frozenset(e.prov), e))
             dims = set().union(*(f.dims() for f, *_ in items))
             # NOTE: `size >= 0` of dims substituted away survives as a bound on their representative.
-            background = [self._le_formula(e.u, e.v, e.w) for e in layer.edges.values()
-                          if e.background and e.u in dims]
+            background = [self._le_formula(e.u, e.v, e.w) for d in dims if (e := background_of.get(d)) is not None]
             red = reduce_component([i[0] for i in items], self.sizes, self.timeout_ms, [i[1] for i in items],
-                                   lambda idx: self.fail([items[j][2] for j in idx]), background)
+                                   lambda idx: self.fail([items[j][2] for j in idx]), background, ctx)
             undecided += red.undecided
             for j in red.removed:
                 implied |= items[j][2]
@@ -179,11 +184,11 @@ class Simplifier:
         used = set().union(*(c.prov for c in out)) if out else set()
         return out, (implied - used) | set(self.norm.tautologies), undecided
 
-    def _cancel(self, general: list[Atom], lower: Callable[[str], float]) -> list[Atom]:
+    def _cancel(self, general: list[Atom], positive: Callable[[str], bool]) -> list[Atom]:
         """Divide out dim factors the bounds make positive (`(x*a) % (x*b)` -> `x*(a % b)`)."""
         out: dict[Formula, set[int]] = {}
         for a in general:
-            f = cancel(a.formula, lambda d: lower(d) >= 1)
+            f = cancel(a.formula, positive)
             if f == TRUE:
                 continue  # NOTE: cannot happen for an atom the layers kept; guard anyway
             out.setdefault(f, set()).update(a.prov)

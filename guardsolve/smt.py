@@ -130,12 +130,13 @@ def _check(s: z3.Solver, assumptions: Sequence[z3.BoolRef]) -> z3.CheckSatResult
 
 def reduce_component(formulas: Sequence[Formula], sizes: set[str], timeout_ms: int,
                      labels: Sequence[str], unsat_labels: Callable[[list[int]], Exception],
-                     background: Sequence[Formula] = ()) -> ReduceResult:
+                     background: Sequence[Formula] = (), ctx: z3.Context | None = None) -> ReduceResult:
     """Greedily drop each formula implied by the others (plus `size >= 0` and `background`).
 
-    The order of `formulas` is the order in which removal is tried.
+    The order of `formulas` is the order in which removal is tried. Pass one `ctx` for many
+    components: creating a z3 context costs more than solving a small component.
     """
-    ctx = z3.Context()
+    ctx = ctx if ctx is not None else z3.Context()
     var = z3_vars(ctx)
     s = z3.Solver(ctx=ctx)
     s.set("timeout", int(timeout_ms))
