@@ -65,8 +65,8 @@ def shape_rules(out: Graph, signature: tuple[Param, ...]) -> RuleTable:
     current: dict[str, Any] = {}
 
     def enter(node: Node) -> None:
-        current["meta"] = {"loc": node.meta.get("loc"), "trace_line": node.meta.get("line"),
-                           "trace_node": str(node)}
+        # NOTE: the trace node itself, printed only when a report asks (most never do).
+        current["meta"] = {"loc": node.meta.get("loc"), "trace_line": node.meta.get("line"), "trace_node": node}
         current["outputs"] = node.outputs
 
     def emit(op: Op) -> Callable[..., Any]:

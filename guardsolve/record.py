@@ -7,6 +7,7 @@ never share state.
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sys
@@ -20,9 +21,15 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _SKIP_PREFIXES = (_PACKAGE_DIR + os.sep,)
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_library_file(filename: str) -> bool:
+    """Is this a frame of guardsolve or torch (not user code)? A pure function, memoized."""
     # NOTE: torch's own Python frames (e.g. torch/overrides.py) sit between user code and us.
-    return filename.startswith(_SKIP_PREFIXES) or f"{os.sep}torch{os.sep}" in filename or filename.startswith("<frozen")
+    if filename.startswith("<frozen"):
+        return True
+    if not filename.startswith("<"):
+        filename = os.path.abspath(filename)
+    return filename.startswith(_SKIP_PREFIXES) or f"{os.sep}torch{os.sep}" in filename
 
 
 def user_location() -> SourceLoc | None:
@@ -30,7 +37,7 @@ def user_location() -> SourceLoc | None:
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not _is_library_file(os.path.abspath(filename) if not filename.startswith("<") else filename):
+        if not _is_library_file(filename):
             line = frame.f_lineno
             code = linecache.getline(filename, line).strip()
             return SourceLoc(filename, line, frame.f_code.co_name, code)

@@ -36,7 +36,7 @@ def _sources(gs: GuardSet, nodes: Sequence[int]) -> list[dict[str, Any]]:
             "bailout": gs._describe(i),
             "file": loc.short_file if loc else None,
             "line": loc.line if loc else n.meta.get("trace_line", n.meta.get("line")),
-            "code": loc.code if loc else n.meta.get("trace_node"),
+            "code": loc.code if loc else (str(n.meta["trace_node"]) if "trace_node" in n.meta else None),
         })
     return out
 

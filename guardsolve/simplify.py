@@ -21,6 +21,7 @@ import z3
 
 from guardsolve.constraint import Constraint, DimOrder, render_eq, render_formula, render_ne, render_order
 from guardsolve.errors import UnsatisfiableGuardsError
+from guardsolve.gcpause import paused_gc
 from guardsolve.expr import FALSE, TRUE, Formula, Poly, Rel, cancel, conjuncts, substitute
 from guardsolve.guards import guard_graph, is_guard_graph, signature_of
 from guardsolve.guardset import GuardSet
@@ -352,6 +353,11 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
 
     if isinstance(graph, Trace):
         graph = graph.graph
+    with paused_gc():
+        return _simplify(graph, verify, timeout_ms)
+
+
+def _simplify(graph: Graph, verify: bool, timeout_ms: int) -> GuardSet:
     gg = guard_graph(graph)
     signature = gg.meta.get("signature") if is_guard_graph(graph) else signature_of(graph)
     s = Simplifier(gg, timeout_ms)

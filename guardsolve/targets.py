@@ -138,7 +138,7 @@ def _user_frame(e: BaseException) -> str:
 
     from guardsolve.record import _is_library_file
 
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if not _is_library_file(os.path.abspath(f.filename))]
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not _is_library_file(f.filename)]
     if not frames:
         return "no user frame"
     f = frames[-1]

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import torch
 
 from guardsolve.errors import TraceError
+from guardsolve.gcpause import paused_gc
 from guardsolve.guarded import GuardedBool, GuardedInt, GuardedSize
 from guardsolve.ir import Graph
 from guardsolve.ops import Op
@@ -100,7 +101,8 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
                              "only torch.Tensor and int inputs are supported")
     signature = dim_names(kinds)
     rec.graph.meta["signature"] = signature
-    result = fn(*args)
+    with paused_gc():
+        result = fn(*args)
     return Trace(rec.graph, unwrap(result), signature, fn, rec.constants, spec(result))
 
 
