@@ -194,6 +194,28 @@ class OrderLayer:
         """Is `v - u <= limit` implied (a path u -> v of weight <= limit)?"""
         return self._bounded_dist(adj, h, u, v, limit) <= limit
 
+    def _batched(self, adj: dict[str, list[Edge]], h: dict[str, int],
+                 queries: list[tuple[str, str, int]]) -> dict[tuple[str, str], float]:
+        """dist(s, t) for each query (s, t, limit): exact when it is <= limit, else INF or exact.
+
+        NOTE: keyed by (s, t) alone; queries differing only in limit share the widest search.
+        """
+        by_source: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        out: dict[tuple[str, str], float] = {}
+        for s, t, limit in queries:
+            if s == t:
+                out[(s, t)] = 0
+            elif s not in h or t not in h:
+                out[(s, t)] = INF
+            else:
+                by_source[s].append((t, limit))
+        for s, targets in by_source.items():
+            radius = max(limit + h[s] - h[t] for t, limit in targets)
+            found = self._dijkstra(adj, h, s, radius=radius)
+            for t, _ in targets:
+                out[(s, t)] = found.get(t, INF)
+        return out
+
     def _bounded_dist(self, adj: dict[str, list[Edge]], h: dict[str, int], u: str, v: str, limit: float) -> float:
         """dist(u, v) when it is <= limit, else something larger (INF)."""
         if u == v:
@@ -227,10 +249,12 @@ class OrderLayer:
     def _tighten(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> bool:
         """Apply disequalities at the boundary of their interval; drop implied ones."""
         changed = False
+        # NOTE: only the comparison with k matters, so searches stop past k; one search per
+        # source answers all of its queries.
+        dist = self._batched(adj, h, [q for d in self.diseqs.values() for q in ((d.u, d.v, d.k), (d.v, d.u, -d.k))])
         for key, d in list(self.diseqs.items()):
-            # NOTE: only the comparison with k matters, so each search stops past k.
-            up = self._bounded_dist(adj, h, d.u, d.v, d.k)     # v - u <= up
-            lo = -self._bounded_dist(adj, h, d.v, d.u, -d.k)   # v - u >= lo
+            up = dist[(d.u, d.v)]     # v - u <= up
+            lo = -dist[(d.v, d.u)]    # v - u >= lo
             if d.k > up or d.k < lo:
                 self.implied |= d.prov
                 del self.diseqs[key]
