@@ -1,0 +1,38 @@
+"""The benchmark workloads are sound inputs; the runner itself is exercised by a slow test."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import guardsolve
+
+BENCH = pathlib.Path(__file__).parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+from workloads import mixed_guard_graph, scale_guard_graph  # noqa: E402
+
+
+def test_mixed_workload_has_n_irredundant_guards() -> None:
+    gs = guardsolve.simplify(mixed_guard_graph(60))
+    assert len(mixed_guard_graph(60).bailouts()) == 5 * 60 - 3
+    assert len(gs) == 60  # 45 equalities, 14 chain orderings, one bound
+    gs.verify()
+
+
+def test_scale_workload_is_satisfiable_and_verified() -> None:
+    g = scale_guard_graph(300)
+    gs = guardsolve.simplify(g)
+    assert len(g.bailouts()) >= 300 and 0 < len(gs) < len(g.bailouts())
+    gs.verify()
+
+
+@pytest.mark.slow
+def test_runner_quick_sections() -> None:
+    out = subprocess.run([sys.executable, str(BENCH / "run.py"), "--quick", "--only", "models", "--only", "check",
+                          "--no-write"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "## models (examples/)" in out.stdout and "MET: check (notebook add)" in out.stdout
