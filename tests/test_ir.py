@@ -18,26 +18,12 @@ from guardsolve.ir import Graph, Node
 from guardsolve.ops import SPECS, Op
 from guardsolve.randgraph import random_guard_graph
 
-NOTEBOOK_GUARDS = """\
-a0 = int_placeholder(name=a0)
-b0 = int_placeholder(name=b0)
-i0 = int_const(val=1)
-i1 = int_eq(a0, i0)
-bool_bailout(i1, expect=False)
-i2 = int_const(val=1)
-i3 = int_eq(b0, i2)
-bool_bailout(i3, expect=False)
-i4 = int_eq(a0, b0)
-bool_bailout(i4, expect=True)
-i5 = int_eq(a0, a0)
-bool_bailout(i5, expect=True)
-i6 = int_eq(b0, a0)
-bool_bailout(i6, expect=True)"""
 
 
-def test_parse_print_round_trip_text() -> None:
-    g = Graph.parse(NOTEBOOK_GUARDS)
-    assert str(g) == NOTEBOOK_GUARDS
+
+def test_parse_print_round_trip_text(notebook_guards: str) -> None:
+    g = Graph.parse(notebook_guards)
+    assert str(g) == notebook_guards
     assert Graph.parse(str(g)) == g
 
 
