@@ -86,9 +86,27 @@ def load_callable(target: str) -> Callable[..., Any]:
         raise TargetError(f"{where} has no attribute {attr!r}")
     if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
         fn = fn()
+    elif callable(fn) and _takes_no_arguments(fn):
+        made = fn()  # a factory: `def make(): return MyModel()`
+        if not isinstance(made, torch.nn.Module):
+            raise TargetError(f"{target} takes no arguments and does not return an nn.Module")
+        fn = made
     if not callable(fn):
         raise TargetError(f"{target} is not callable")
+    if isinstance(fn, torch.nn.Module):
+        fn.eval()
     return fn
+
+
+def _takes_no_arguments(fn: Callable[..., Any]) -> bool:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return all(p.default is not p.empty or p.kind in (p.VAR_KEYWORD,) for p in params) and \
+        not any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
 def load(target: str, shapes: Sequence[str] = (), ints: Sequence[str] = (),

@@ -207,3 +207,10 @@ def test_unsupported_op_and_debug(tmp_path: pathlib.Path, capsys: pytest.Capture
     assert "Traceback" in capsys.readouterr().err
     assert main(["report", f"{script}:f", "--shape", "x=3", "--debug"]) == 2
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_module_factory_target(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "factory.py"
+    script.write_text("import torch.nn as nn\n\ndef make():\n    return nn.Sequential(nn.Linear(6, 3), nn.ReLU())\n")
+    assert main(["report", f"{script}:make", "--shape", "input=5,6"]) == 0
+    assert "\ninput1 == 6\n" in capsys.readouterr().out
