@@ -27,7 +27,7 @@ import z3  # noqa: E402
 import guardsolve  # noqa: E402
 from guardsolve.concrete import run_concrete  # noqa: E402
 from guardsolve.errors import GuardFailure  # noqa: E402
-from workloads import CMP, mixed_comparisons, mixed_guard_graph, scale_guard_graph  # noqa: E402
+from workloads import CMP, mixed_comparisons, mixed_guard_graph  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
