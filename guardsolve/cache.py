@@ -101,7 +101,10 @@ class GuardedFunction:
         t = trace(self.fn, *args, value_guards=self.value_guards)
         gs = simplify(t, timeout_ms=self.timeout_ms)
         entry = Entry(t, gs, compile_replay(t.graph, t.out_spec, t.constants))
-        self.entries.insert(0, entry) if self.evict else self.entries.append(entry)
+        if self.evict:
+            self.entries.insert(0, entry)  # most recently used first
+        else:
+            self.entries.append(entry)
         return t.output
 
     @staticmethod

@@ -75,13 +75,9 @@ def as_int(rec: Recorder, v: Any) -> "GuardedInt":
     raise TraceError(f"expected an int, got {type(v).__name__} {v!r}")
 
 
-def _python_floordiv(a: int, b: int) -> int:
-    return a // b
-
-
 _ARITH: dict[Op, Callable[[int, int], int]] = {
     Op.INT_ADD: operator.add, Op.INT_SUB: operator.sub, Op.INT_MUL: operator.mul,
-    Op.INT_FLOORDIV: _python_floordiv, Op.INT_MOD: operator.mod,
+    Op.INT_FLOORDIV: operator.floordiv, Op.INT_MOD: operator.mod,
 }
 _COMPARE: dict[Op, Callable[[int, int], bool]] = {
     Op.INT_EQ: operator.eq, Op.INT_NE: operator.ne, Op.INT_LT: operator.lt,

@@ -124,10 +124,6 @@ class ReduceResult:
     undecided: list[str] = field(default_factory=list)
 
 
-def _check(s: z3.Solver, assumptions: Sequence[z3.BoolRef]) -> z3.CheckSatResult:
-    return s.check(*assumptions)
-
-
 def reduce_component(formulas: Sequence[Formula], sizes: set[str], timeout_ms: int,
                      labels: Sequence[str], unsat_labels: Callable[[list[int]], Exception],
                      background: Sequence[Formula] = (), ctx: z3.Context | None = None) -> ReduceResult:

@@ -166,8 +166,4 @@ def _install_operators() -> None:
         setattr(TracedTensor, name, fn)
 
 
-def is_traced(v: Any) -> bool:
-    return isinstance(v, TracedTensor)
-
-
 _install_operators()

@@ -118,12 +118,6 @@ def force_expand(t: TracedTensor, size: GuardedSize) -> TracedTensor:
     return _new(t.rec, t.value.expand(size.value), Op.VAR_EXPAND, (t, size), shape=size)
 
 
-def _no_kwargs(name: str, kwargs: Mapping[str, Any], **allowed: Any) -> None:
-    for k, v in kwargs.items():
-        if k not in allowed or v != allowed[k]:
-            raise UnsupportedOpError(f"{name} with {k}={v!r}", supported_names())
-
-
 # -- elementwise ----------------------------------------------------------------------------
 
 _TENSOR_OPS = {"add": Op.VAR_ADD, "sub": Op.VAR_SUB, "mul": Op.VAR_MUL, "div": Op.VAR_DIV}
