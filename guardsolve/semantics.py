@@ -7,6 +7,8 @@
 * Division by zero. Python raises, so a guard graph that divides by zero rejects the input.
   z3 leaves `a / 0` unspecified; we make it total (0) and add `b != 0` as a guard of its own
   wherever a division occurs (see `guardsolve.normalize`), so the meaning is exact either way.
+* The same two functions in SMT-LIB text (`SMTLIB_DEFS`), for lowering many formulas in one
+  parser call; `tests/test_simplify.py` proves both lowerings equal.
 
 >>> import z3
 >>> a, b = z3.Ints("a b")
@@ -39,3 +41,10 @@ def floordiv(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
 def mod(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
     """Python's `a % b`: `a - b * (a // b)`."""
     return a - b * floordiv(a, b)
+
+
+SMTLIB_DEFS = (
+    "(define-fun py_floordiv ((a Int) (b Int)) Int"
+    " (ite (> b 0) (div a b) (ite (< b 0) (div (- a) (- b)) 0)))"
+    "(define-fun py_mod ((a Int) (b Int)) Int (- a (* b (py_floordiv a b))))"
+)

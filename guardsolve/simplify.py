@@ -150,6 +150,7 @@ class Simplifier:
         hard = self._components(kept_edges, kept_diseqs, kept_general, {d for d, bounded in res.diseqs if bounded})
         background_of = {e.u: e for e in layer.edges.values() if e.background}
         ctx: z3.Context | None = None
+        removed: set[int] = set()  # ids of the items z3 found implied
         for k, (comp_edges, comp_diseqs, comp_general) in enumerate(hard):
             if k % 128 == 0:  # NOTE: share a context (costly to make) but let it not grow forever
                 ctx = z3.Context()
@@ -170,10 +171,10 @@ class Simplifier:
             undecided += red.undecided
             for j in red.removed:
                 implied |= items[j][2]
-                obj = items[j][3]
-                kept_general = [g for g in kept_general if g is not obj]
-                kept_diseqs = [g for g in kept_diseqs if g is not obj]
-                kept_edges = [g for g in kept_edges if g is not obj]
+                removed.add(id(items[j][3]))
+        kept_general = [g for g in kept_general if id(g) not in removed]
+        kept_diseqs = [g for g in kept_diseqs if id(g) not in removed]
+        kept_edges = [g for g in kept_edges if id(g) not in removed]
         out = self._equalities(uf, st.eqs)
         out += [Constraint("order", self._le_formula(e.u, e.v, e.w), render_order(self.order, e.u, e.v, e.w),
                            frozenset(e.prov), self._dims(e.u, e.v)) for e in kept_edges]

@@ -18,6 +18,7 @@ from guardsolve.expr import Const, Div, Formula, Or, Poly, Rel
 from guardsolve.interp import RuleTable, interpret
 from guardsolve.ir import Graph
 from guardsolve.ops import Op
+from guardsolve.witness import Witnesses
 
 
 def poly_to_z3(p: Poly, var: Vars) -> z3.ArithRef:
@@ -43,6 +44,43 @@ def formula_to_z3(f: Formula, var: Vars) -> z3.BoolRef:
         return {"eq": p == 0, "ne": p != 0, "le": p <= 0}[f.op]
     args = [formula_to_z3(a, var) for a in sorted(f.args, key=repr)]
     return z3.Or(args) if isinstance(f, Or) else z3.And(args)
+
+
+def _sym(name: str) -> str:
+    return f"|{name}|"
+
+
+def poly_to_smtlib(p: Poly) -> str:
+    """SMT-LIB text of a polynomial: `(+ (* 2 |x|) (- 1))`, divisions via `semantics.SMTLIB_DEFS`."""
+    terms = []
+    for m, c in sorted(p.terms, key=repr):
+        factors = [str(c) if c >= 0 else f"(- {-c})"] if c != 1 or not m else []
+        for a in m:
+            if isinstance(a, str):
+                factors.append(_sym(a))
+            else:
+                fn = "py_floordiv" if a.kind == "floordiv" else "py_mod"
+                factors.append(f"({fn} {poly_to_smtlib(a.num)} {poly_to_smtlib(a.den)})")
+        terms.append(factors[0] if len(factors) == 1 else f"(* {' '.join(factors)})")
+    if not terms:
+        return "0"
+    return terms[0] if len(terms) == 1 else f"(+ {' '.join(terms)})"
+
+
+def formula_to_smtlib(f: Formula) -> str:
+    """SMT-LIB text of a formula; the same meaning as `formula_to_z3`.
+
+    >>> from guardsolve.expr import rel
+    >>> formula_to_smtlib(rel("lt", Poly.var("x"), Poly.var("y")))
+    '(<= (+ |x| (* (- 1) |y|) 1) 0)'
+    """
+    if isinstance(f, Const):
+        return "true" if f.value else "false"
+    if isinstance(f, Rel):
+        p = poly_to_smtlib(f.poly)
+        return {"eq": f"(= {p} 0)", "ne": f"(not (= {p} 0))", "le": f"(<= {p} 0)"}[f.op]
+    args = " ".join(formula_to_smtlib(a) for a in sorted(f.args, key=repr))
+    return f"({'or' if isinstance(f, Or) else 'and'} {args})"
 
 
 def z3_rules(var: Vars, facts: list[z3.BoolRef], skip: frozenset[int] = frozenset(),
@@ -137,16 +175,19 @@ def reduce_component(formulas: Sequence[Formula], sizes: set[str], timeout_ms: i
     s = z3.Solver(ctx=ctx)
     s.set("timeout", int(timeout_ms))
     dims = set().union(*(f.dims() for f in formulas)) if formulas else set()
-    for d in sorted(dims & sizes):
-        s.add(var(d) >= 0)
-    for f in background:
-        s.add(formula_to_z3(f, var))
+    # NOTE: one SMT-LIB text for the whole component: one parser call instead of thousands of
+    # API calls, which cost more than solving a small component.
+    text = [semantics.SMTLIB_DEFS]
+    text += [f"(declare-fun {_sym(d)} () Int)" for d in sorted(dims)]
+    text += [f"(assert (>= {_sym(d)} 0))" for d in sorted(dims & sizes)]
+    text += [f"(assert {formula_to_smtlib(f)})" for f in background]
+    for i, f in enumerate(formulas):
+        zf = formula_to_smtlib(f)
+        text.append(f"(declare-fun |__keep_{i}| () Bool)(declare-fun |__neg_{i}| () Bool)"
+                    f"(assert (=> |__keep_{i}| {zf}))(assert (=> |__neg_{i}| (not {zf})))")
+    s.from_string("".join(text))
     track = [z3.Bool(f"__keep_{i}", ctx) for i in range(len(formulas))]
     neg = [z3.Bool(f"__neg_{i}", ctx) for i in range(len(formulas))]
-    for i, f in enumerate(formulas):
-        zf = formula_to_z3(f, var)
-        s.add(z3.Implies(track[i], zf))
-        s.add(z3.Implies(neg[i], z3.Not(zf)))
     res = s.check(*track)
     if res == z3.unsat:
         core = {str(c) for c in s.unsat_core()}
@@ -156,7 +197,14 @@ def reduce_component(formulas: Sequence[Formula], sizes: set[str], timeout_ms: i
         undecided.append(f"satisfiability of {{{', '.join(labels)}}}: {s.reason_unknown()}")
     active = set(range(len(formulas)))
     removed: list[int] = []
+    witnesses = None
+    if res == z3.sat:
+        m = s.model()
+        point = {d: m.eval(var(d), model_completion=True).as_long() for d in dims}
+        witnesses = Witnesses(formulas, background, sizes, point)
     for i in range(len(formulas)):
+        if witnesses is not None and witnesses.find(i, active) is not None:
+            continue  # NOTE: a concrete point proves `formulas[i]` irredundant; no solver call
         others = [track[j] for j in sorted(active) if j != i]
         r = s.check(*others, neg[i])
         if r == z3.unsat:

@@ -95,3 +95,58 @@ def test_contradictions_are_reported_exactly(seed: int, n: int) -> None:
         return
     assert not truly_unsat
     gs.verify()
+
+
+def _atoms(g: Graph) -> list:
+    from guardsolve.normalize import normalize
+
+    return [a.formula for a in normalize(guardsolve.guard_graph(g)).atoms]
+
+
+@given(graphs)
+@settings(max_examples=80, deadline=None)
+def test_smtlib_lowering_means_what_the_api_lowering_means(g: Graph) -> None:
+    from guardsolve import semantics
+    from guardsolve.smt import formula_to_smtlib, formula_to_z3
+
+    ctx = z3.Context()
+    var = z3_vars(ctx)
+    for f in _atoms(g):
+        api = formula_to_z3(f, var)
+        decls = "".join(f"(declare-fun |{d}| () Int)" for d in sorted(f.dims()))
+        text = z3.parse_smt2_string(semantics.SMTLIB_DEFS + decls + f"(assert {formula_to_smtlib(f)})", ctx=ctx)[0]
+        s = z3.Solver(ctx=ctx)
+        s.add(api != text)
+        assert s.check() == z3.unsat, f
+
+
+@given(graphs, st.integers(0, 1000))
+@settings(max_examples=80, deadline=None)
+def test_witness_points_break_exactly_one_constraint(g: Graph, seed: int) -> None:
+    from guardsolve.witness import Witnesses
+
+    atoms = _atoms(g)
+    if not atoms:
+        return
+    var = z3_vars()
+    s = z3.Solver()
+    sizes = {d for d in g.meta["trace_dims"] if not d.startswith("n")}
+    dims = set().union(*(f.dims() for f in atoms))
+    s.add(*[guardsolve.smt.formula_to_z3(f, var) for f in atoms], *[var(d) >= 0 for d in dims & sizes])
+    if s.check() != z3.sat:
+        return
+    m = s.model()
+    w = Witnesses(atoms, [], sizes, {d: m.eval(var(d), model_completion=True).as_long() for d in dims})
+    active = set(random.Random(seed).sample(range(len(atoms)), k=max(1, len(atoms) // 2))) | {0}
+    for i in sorted(active):
+        point = w.find(i, active)
+        if point is None:
+            continue
+        at = [(var(d), z3.IntVal(v)) for d, v in point.items()]
+
+        def holds(f: object) -> bool:  # z3 is the oracle, not the Python evaluator under test
+            return z3.is_true(z3.simplify(z3.substitute(guardsolve.smt.formula_to_z3(f, var), *at)))
+
+        assert not holds(atoms[i])
+        assert all(holds(atoms[j]) for j in active if j != i)
+        assert all(point[d] >= 0 for d in dims & sizes)

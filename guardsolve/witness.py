@@ -1,0 +1,151 @@
+"""Concrete witnesses of irredundancy: settle most of z3's per-constraint questions with one point.
+
+A constraint is irredundant when some integer point satisfies all the others and violates it.
+Starting from a model of the whole set, moving one dim to where the constraint's boundary lies
+usually finds such a point, and each point found replaces a solver call. A point is checked with
+Python's own arithmetic, which is the guards' semantics, so it proves irredundancy exactly; when
+no point is found the caller asks z3.
+
+>>> from guardsolve.expr import Poly, rel
+>>> x0, x1 = Poly.var("x0"), Poly.var("x1")
+>>> fs = [rel("le", x0, x1), rel("le", x1, Poly.const(5)), rel("le", x0, Poly.const(5))]
+>>> w = Witnesses(fs, [], {"x0", "x1"}, {"x0": 2, "x1": 2})
+>>> p = w.find(0, {0, 1, 2}); p["x0"] > p["x1"] and p["x1"] <= 5 and p["x0"] <= 5
+True
+>>> w.find(2, {0, 1, 2}) is None     # x0 <= 5 follows from the others: no point exists
+True
+"""
+
+from __future__ import annotations
+
+from types import CodeType
+from typing import Iterable, Iterator, Mapping, Sequence
+
+from guardsolve.constraint import DimOrder, render_formula
+from guardsolve.expr import Div, Formula, Poly, Rel
+
+_NO_BUILTINS = {"__builtins__": {}}
+
+
+def _compile(f: Formula) -> CodeType:
+    return compile(render_formula(f, DimOrder([])), "<witness>", "eval")
+
+
+def _holds(code: CodeType, point: Mapping[str, int]) -> bool | None:
+    """The formula's truth at `point`; None where it divides by zero."""
+    try:
+        return bool(eval(code, _NO_BUILTINS, point))  # noqa: S307 - our own rendered source
+    except ZeroDivisionError:
+        return None
+
+
+def poly_value(p: Poly, point: Mapping[str, int]) -> int:
+    """`p` at `point`, with Python's `//` and `%` (raises ZeroDivisionError like the guards)."""
+    total = 0
+    for m, c in p.terms:
+        for a in m:
+            if isinstance(a, str):
+                c *= point[a]
+            else:
+                num, den = poly_value(a.num, point), poly_value(a.den, point)
+                c *= num // den if a.kind == "floordiv" else num % den
+        total += c
+    return total
+
+
+def _coefficient(p: Poly, d: str, point: Mapping[str, int]) -> int | None:
+    """c when `p` is `c*d + (terms without d)` at `point`; None when d occurs otherwise."""
+    c = 0
+    for m, k in p.terms:
+        if any(isinstance(a, Div) and d in a.dims() for a in m):
+            return None
+        if d not in m:
+            continue
+        rest = list(m)
+        rest.remove(d)
+        if d in rest:
+            return None
+        c += k * poly_value(Poly.of({tuple(rest): 1}), point)
+    return c or None
+
+
+def _boundary(f: Formula, d: str, point: Mapping[str, int]) -> Iterator[int]:
+    """Values of `d` that make a linear `f` false, the others held at `point`."""
+    if not isinstance(f, Rel):
+        return
+    try:
+        c = _coefficient(f.poly, d, point)
+        if c is None:
+            return
+        r = poly_value(f.poly, point) - c * point[d]
+    except ZeroDivisionError:
+        return
+    if f.op == "le":  # want c*x + r > 0
+        yield (-r) // c + 1 if c > 0 else -((-r) // -c) - 1
+    elif f.op == "ne" and r % c == 0:  # want c*x + r == 0
+        yield -r // c
+
+
+class Witnesses:
+    """Searches points near one model of all `formulas` (plus `extra` and `size >= 0`).
+
+    `find(i, active)` returns a point where formula i is false and every other formula in
+    `active` true, or None.
+    """
+
+    def __init__(self, formulas: Sequence[Formula], extra: Iterable[Formula], sizes: set[str],
+                 model: Mapping[str, int]):
+        self.formulas = list(formulas)
+        self.model = dict(model)
+        self.sizes = sizes
+        self.code = [_compile(f) for f in self.formulas]
+        self.users: dict[str, list[int]] = {}
+        for i, f in enumerate(self.formulas):
+            for d in f.dims():
+                self.users.setdefault(d, []).append(i)
+        self.extra: dict[str, list[CodeType]] = {}
+        for f in extra:
+            code = _compile(f)
+            for d in f.dims():
+                self.extra.setdefault(d, []).append(code)
+        self._spread()
+
+    def _spread(self) -> None:
+        """Move each dim away from the others while every constraint holds.
+
+        Solver models sit on boundaries and reuse small values (`x = y = 0`); from such a point
+        one-dim moves break several constraints at once. A spread-out point breaks one.
+        """
+        top = max([abs(v) for v in self.model.values()] + [1])
+        for k, d in enumerate(sorted(self.users)):
+            for v in (self.model[d] + 3 * top + 7 * k + 5, self.model[d] + 7 + k, self.model[d] + 1):
+                point = {**self.model, d: v}
+                if all(_holds(self.code[j], point) for j in self.users[d]) and \
+                        all(_holds(c, point) for c in self.extra.get(d, ())):
+                    self.model = point
+                    break
+
+    def _candidates(self, i: int, d: str) -> list[int]:
+        f, here = self.formulas[i], self.model[d]
+        values = list(_boundary(f, d, self.model))
+        values += [here + 1, here - 1, here + 2, here - 2]
+        values += [self.model[e] + k for e in sorted(f.dims()) if e != d for k in (0, 1, -1)]
+        values += [0, 1, 2]
+        seen: set[int] = {here}
+        out = []
+        for v in values:
+            if v not in seen and (v >= 0 or d not in self.sizes):
+                seen.add(v)
+                out.append(v)
+        return out
+
+    def find(self, i: int, active: set[int]) -> dict[str, int] | None:
+        for d in sorted(self.formulas[i].dims()):
+            for v in self._candidates(i, d):
+                point = {**self.model, d: v}
+                if _holds(self.code[i], point) is not False:
+                    continue
+                if all(_holds(self.code[j], point) for j in self.users[d] if j != i and j in active) and \
+                        all(_holds(c, point) for c in self.extra.get(d, ())):
+                    return point
+        return None
