@@ -30,6 +30,7 @@ from guardsolve.errors import GuardFailure  # noqa: E402
 from workloads import CMP, mixed_comparisons, mixed_guard_graph  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SECTIONS = ["mixed", "chain", "models", "check", "scale"]
 
 
 def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
@@ -320,15 +321,20 @@ def ratio(a: float, b: float) -> str:
     return "—" if a != a or b != b or b == 0 else f"{a / b:.1f}×"
 
 
-def report(args: argparse.Namespace, mixed: list, chains: list, models: list, checks: list, scale: list) -> str:
-    cmd = "python benchmarks/run.py" + (" --quick" if args.quick else "")
-    lines = [
+def header(args: argparse.Namespace) -> list[str]:
+    cmd = "python benchmarks/run.py" + (" --quick" if args.quick else "") + (" --smallest" if args.smallest else "")
+    return [
         "# guardsolve benchmarks", "",
         f"Command: `{cmd}`  ",
         f"Date: {datetime.date.today().isoformat()}  ",
         f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
         f"torch {torch.__version__}, z3 {z3.get_version_string()}, guardsolve {guardsolve_version()}  ",
-        "Times are medians of repeats in one process; ratios compare runs made back to back.", "",
+        "Times are medians of repeats in one process; ratios compare runs made back to back.",
+    ]
+
+
+def mixed_table(mixed: list) -> list[str]:
+    lines = [
         "## mixed-N: the same recorded comparisons, simplified", "",
         "| N | bailouts | guardsolve | ShapeEnv (guard calls + produce_guards) | greedy z3 | ShapeEnv / guardsolve "
         "| greedy z3 / guardsolve | guards emitted (gs / ShapeEnv / greedy) | irredundant (gs / ShapeEnv) |",
@@ -339,36 +345,51 @@ def report(args: argparse.Namespace, mixed: list, chains: list, models: list, ch
                      f"{ratio(r['t_pt'], r['t_gs'])} | {ratio(r['t_greedy'], r['t_gs'])} | "
                      f"{r['gs_guards']} / {r['pt_guards']} / {r['greedy_guards'] if r['greedy_guards'] is not None else '—'} | "
                      f"{r['gs_irredundant']} / {r['pt_irredundant']} |")
-    lines += ["", "## chain-N: `x0 + x1 + ... + x_{N-1}` on `[8]` inputs, tracing to final guards", "",
-              "| N | guardsolve (trace + simplify) | PyTorch (make_fx symbolic + produce_guards) | ratio | guards (gs / PyTorch) |",
-              "|---|---|---|---|---|"]
+    return lines
+
+
+def chain_table(chains: list) -> list[str]:
+    lines = ["## chain-N: `x0 + x1 + ... + x_{N-1}` on `[8]` inputs, tracing to final guards", "",
+             "| N | guardsolve (trace + simplify) | PyTorch (make_fx symbolic + produce_guards) | ratio | guards (gs / PyTorch) |",
+             "|---|---|---|---|---|"]
     for r in chains:
         lines.append(f"| {r['n']} | {fmt(r['t_gs'])} | {fmt(r['t_pt'])} | {ratio(r['t_pt'], r['t_gs'])} | "
                      f"{r['gs_guards']} / {r['pt_guards']} |")
-    lines += ["", "## models (examples/)", "",
-              "| model | eager forward | trace | trace / eager | simplify | trace nodes | bailouts → minimal guards |",
-              "|---|---|---|---|---|---|---|"]
+    return lines
+
+
+def models_table(models: list) -> list[str]:
+    lines = ["## models (examples/)", "",
+             "| model | eager forward | trace | trace / eager | simplify | trace nodes | bailouts → minimal guards |",
+             "|---|---|---|---|---|---|---|"]
     for r in models:
         lines.append(f"| {r['model']} | {fmt(r['t_eager'])} | {fmt(r['t_trace'])} | {ratio(r['t_trace'], r['t_eager'])} | "
                      f"{fmt(r['t_simplify'])} | {r['nodes']} | {r['bailouts']} → {r['guards']} |")
-    lines += ["", "## check: per-call cost of deciding whether a trace can be reused", "",
-              "| case | bailouts → guards | compiled minimal `GuardSet.check` | interpreting the raw guard graph | "
-              "PyTorch guard function | raw / compiled | PyTorch / compiled |",
-              "|---|---|---|---|---|---|---|"]
+    return lines
+
+
+def check_table(checks: list) -> list[str]:
+    lines = ["## check: per-call cost of deciding whether a trace can be reused", "",
+             "| case | bailouts → guards | compiled minimal `GuardSet.check` | interpreting the raw guard graph | "
+             "PyTorch guard function | raw / compiled | PyTorch / compiled |",
+             "|---|---|---|---|---|---|---|"]
     for r in checks:
         lines.append(f"| {r['case']} | {r['bailouts']} → {r['guards']} | {fmt(r['per_compiled'])} | {fmt(r['per_raw'])} | "
                      f"{fmt(r['per_pt'])} | {ratio(r['per_raw'], r['per_compiled'])} | {ratio(r['per_pt'], r['per_compiled'])} |")
-    lines += ["", "## scale: simplify on generated guard graphs mixing every constraint kind", "",
-              "| bailouts | time | peak RSS (process, incl. the input graph) | RSS before simplify | guards | minimal | "
-              "time ratio vs previous |", "|---|---|---|---|---|---|---|"]
+    return lines
+
+
+def scale_table(scale: list) -> list[str]:
+    lines = ["## scale: simplify on generated guard graphs mixing every constraint kind", "",
+             "| bailouts | time | peak RSS (process, incl. the input graph) | RSS before simplify | guards | minimal | "
+             "time ratio vs previous |", "|---|---|---|---|---|---|---|"]
     prev = None
     for r in scale:
         lines.append(f"| {r['bailouts']} | {fmt(r['t'])} | {r['peak_mb']:.0f} MiB | {r['graph_mb']:.0f} MiB | "
                      f"{r['guards']} | {r['minimal']} | "
                      f"{ratio(r['t'], prev['t']) if prev else '—'} |")
         prev = r
-    lines += ["", "## targets", ""] + [f"- {t}" for t in targets(mixed, chains, checks, scale)]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def targets(mixed: list, chains: list, checks: list, scale: list) -> list[str]:
@@ -415,23 +436,43 @@ def guardsolve_version() -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (under 5 minutes)")
-    p.add_argument("--only", choices=["mixed", "chain", "models", "check", "scale"], action="append")
+    p.add_argument("--smallest", action="store_true",
+                   help="only the smallest size of each section, once (a smoke run: tests/test_benchmarks.py)")
+    p.add_argument("--only", choices=SECTIONS, action="append")
     p.add_argument("--no-write", action="store_true", help="do not write benchmarks/RESULTS.md")
     args = p.parse_args()
-    only = set(args.only or ["mixed", "chain", "models", "check", "scale"])
-    rep = 2 if args.quick else 3
-    mixed = bench_mixed([100, 1000] if args.quick else [100, 1000, 5000], rep,
-                        greedy_max=100 if args.quick else 1000) if "mixed" in only else []
-    chains = bench_chain([100, 1000] if args.quick else [100, 1000, 5000], rep) if "chain" in only else []
-    models = bench_models(rep) if "models" in only else []
-    checks = bench_check(2000 if args.quick else 10000) if "check" in only else []
-    scale = bench_scale([10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]) if "scale" in only else []
-    text = report(args, mixed, chains, models, checks, scale)
-    print(text)
-    if not args.no_write and only == {"mixed", "chain", "models", "check", "scale"}:
-        with open(os.path.join(HERE, "RESULTS.md"), "w") as f:
-            f.write(text)
+    only = set(args.only or SECTIONS)
+    rep = 1 if args.smallest else 2 if args.quick else 3
+    def sizes(quick: list[int], full: list[int]) -> list[int]:
+        return quick[:1] if args.smallest else quick if args.quick else full
 
+    runs: dict[str, Callable[[], list]] = {
+        "mixed": lambda: bench_mixed(sizes([100, 1000], [100, 1000, 5000]), rep,
+                                     greedy_max=100 if args.quick or args.smallest else 1000),
+        "chain": lambda: bench_chain(sizes([100, 1000], [100, 1000, 5000]), rep),
+        "models": lambda: bench_models(rep),
+        "check": lambda: bench_check(sizes([2000], [10000])[0] // (10 if args.smallest else 1)),
+        "scale": lambda: bench_scale(sizes([10_000, 100_000], [10_000, 100_000, 1_000_000])),
+    }
+    tables = {"mixed": mixed_table, "chain": chain_table, "models": models_table, "check": check_table,
+              "scale": scale_table}
+    started = time.perf_counter()
+    results: dict[str, list] = {name: [] for name in SECTIONS}
+    lines = header(args)
+    print("\n".join(lines), flush=True)
+    for name in SECTIONS:
+        if name in only:
+            results[name] = runs[name]()
+            # NOTE: each table prints as soon as its section ends, so a long run loses nothing
+            print("\n" + "\n".join(tables[name](results[name])), flush=True)
+            lines += [""] + tables[name](results[name])
+    done = targets(results["mixed"], results["chain"], results["check"], results["scale"])
+    lines += ["", "## targets", ""] + [f"- {t}" for t in done]
+    lines += ["", f"Whole run: {fmt(time.perf_counter() - started)}."]
+    print("\n" + "\n".join(lines[-len(done) - 4:]), flush=True)
+    if not args.no_write and not args.smallest and only == set(SECTIONS):
+        with open(os.path.join(HERE, "RESULTS.md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
 
 if __name__ == "__main__":
     main()

@@ -89,13 +89,17 @@ class Poly:
         return out
 
     def substitute(self, f: Callable[[str], "Poly"]) -> "Poly":
-        total = Poly.const(0)
+        d: dict[Monomial, int] = {}
         for m, c in self.terms:
-            p = Poly.const(c)
-            for a in m:
-                p = p * (f(a) if isinstance(a, str) else a.substitute(f))
-            total = total + p
-        return total
+            if len(m) == 1 and isinstance(m[0], str):  # NOTE: the common linear term, without products
+                p = f(m[0])
+            else:
+                p = Poly.const(1)
+                for a in m:
+                    p = p * (f(a) if isinstance(a, str) else a.substitute(f))
+            for m2, c2 in p.terms:
+                d[m2] = d.get(m2, 0) + c * c2
+        return Poly.of(d)
 
     def sorted_terms(self, key: Callable[[Atom], tuple] = atom_key) -> list[tuple[Monomial, int]]:
         return sorted(self.terms, key=lambda t: (len(t[0]) == 0, [key(a) for a in t[0]]))

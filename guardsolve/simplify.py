@@ -230,14 +230,18 @@ class Simplifier:
                 raise self.fail(related, f"they force size {x} to be {v}")
         return uf
 
-    def _subst(self, uf: UnionFind) -> Callable[[str], Poly]:
-        def s(x: str) -> Poly:
+    def _subst(self, uf: UnionFind) -> dict[str, Poly]:
+        """Each dim that is not its own representative, as a polynomial over representatives."""
+        out: dict[str, Poly] = {}
+        for x in self.norm.dims:
             root, off = uf.find(x)
             if root in uf.const:
-                return Poly.const(uf.const[root] + off)
+                out[x] = Poly.const(uf.const[root] + off)
+                continue
             rep, roff = self.reps[root]
-            return Poly.var(rep) + Poly.const(off - roff)
-        return s
+            if rep != x or off != roff:
+                out[x] = Poly.var(rep) + Poly.const(off - roff)
+        return out
 
     def _substitute(self, uf: UnionFind, st: _State) -> tuple[list[Atom], list[tuple[tuple[Any, ...], Prov]]]:
         """Rewrite every non-equality atom over class representatives.
@@ -245,11 +249,16 @@ class Simplifier:
         Equalities that appear (`a0*a1 == b0` with `a1 == 1`) are returned as new facts; on
         the next round the same atom substitutes to True for that part.
         """
-        s = self._subst(uf)
+        moved = self._subst(uf)
+
+        def s(x: str) -> Poly:
+            return moved[x] if x in moved else Poly.var(x)
+
         atoms: dict[Formula, set[int]] = {}
         new_eqs: list[tuple[tuple[Any, ...], Prov]] = []
         for a in st.rest:
-            f = substitute(a.formula, s)
+            # NOTE: an atom over representatives only is already normalized: no rewrite.
+            f = substitute(a.formula, s) if any(d in moved for d in a.formula.dims()) else a.formula
             if f == TRUE:
                 st.implied |= a.prov
                 continue

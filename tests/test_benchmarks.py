@@ -30,6 +30,17 @@ def test_scale_workload_is_satisfiable_and_verified() -> None:
     gs.verify()
 
 
+def test_runner_smoke_run_of_every_section() -> None:
+    """`--quick --smallest`: every section on its smallest case; it checks that the script runs, not timings."""
+    out = subprocess.run([sys.executable, str(BENCH / "run.py"), "--quick", "--smallest", "--no-write"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    for title in ("## mixed-N", "## chain-N", "## models", "## check", "## scale", "## targets"):
+        assert title in out.stdout, title
+    assert "| 100 | 497 |" in out.stdout and "| 10013 |" in out.stdout  # mixed-100 and scale-10k rows
+    assert "MET: mixed-100: only irredundant guards (100/100)" in out.stdout  # z3-checked, not a timing
+
+
 @pytest.mark.slow
 def test_runner_quick_sections() -> None:
     out = subprocess.run([sys.executable, str(BENCH / "run.py"), "--quick", "--only", "models", "--only", "check",
