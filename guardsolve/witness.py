@@ -18,23 +18,16 @@ True
 
 from __future__ import annotations
 
-from types import CodeType
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from guardsolve.constraint import DimOrder, render_formula
 from guardsolve.expr import Div, Formula, Poly, Rel
 
-_NO_BUILTINS = {"__builtins__": {}}
 
-
-def _compile(f: Formula) -> CodeType:
-    return compile(render_formula(f, DimOrder([])), "<witness>", "eval")
-
-
-def _holds(code: CodeType, point: Mapping[str, int]) -> bool | None:
-    """The formula's truth at `point`; None where it divides by zero."""
+def _holds(fn: Callable[[], object]) -> bool | None:
+    """A compiled formula's truth at the current point; None where it divides by zero."""
     try:
-        return bool(eval(code, _NO_BUILTINS, point))  # noqa: S307 - our own rendered source
+        return bool(fn())
     except ZeroDivisionError:
         return None
 
@@ -96,19 +89,32 @@ class Witnesses:
     def __init__(self, formulas: Sequence[Formula], extra: Iterable[Formula], sizes: set[str],
                  model: Mapping[str, int]):
         self.formulas = list(formulas)
-        self.model = dict(model)
+        extra = list(extra)
         self.sizes = sizes
-        self.code = [_compile(f) for f in self.formulas]
+        # NOTE: one compile for the component: each formula is a lambda over the dims, which it
+        # reads as globals from `self.env`, so a one-dim move is one dict store.
+        self.env: dict[str, object] = {"__builtins__": {}, **model}
+        src = ", ".join(f"lambda: ({render_formula(f, DimOrder([]))})" for f in self.formulas + extra)
+        fns = eval(compile(f"({src},)", "<witness>", "eval"), self.env)  # noqa: S307 - our own source
+        self.fns: list[Callable[[], object]] = list(fns[:len(self.formulas)])
         self.users: dict[str, list[int]] = {}
         for i, f in enumerate(self.formulas):
             for d in f.dims():
                 self.users.setdefault(d, []).append(i)
-        self.extra: dict[str, list[CodeType]] = {}
-        for f in extra:
-            code = _compile(f)
+        self.extra: dict[str, list[Callable[[], object]]] = {}
+        for f, fn in zip(extra, fns[len(self.formulas):]):
             for d in f.dims():
-                self.extra.setdefault(d, []).append(code)
+                self.extra.setdefault(d, []).append(fn)
         self._spread()
+
+    @property
+    def model(self) -> dict[str, int]:
+        return {d: v for d, v in self.env.items() if d != "__builtins__"}  # type: ignore[misc]
+
+    def _others_hold(self, d: str, skip: int, active: set[int] | None) -> bool:
+        """Do the formulas over `d` (in `active`, but not `skip`) and the extras hold here?"""
+        return all(_holds(self.fns[j]) for j in self.users.get(d, ()) if j != skip and (active is None or j in active)) \
+            and all(_holds(fn) for fn in self.extra.get(d, ()))
 
     def _spread(self) -> None:
         """Move each dim away from the others while every constraint holds.
@@ -116,20 +122,23 @@ class Witnesses:
         Solver models sit on boundaries and reuse small values (`x = y = 0`); from such a point
         one-dim moves break several constraints at once. A spread-out point breaks one.
         """
-        top = max([abs(v) for v in self.model.values()] + [1])
+        env = self.env
+        top = max([abs(v) for d, v in env.items() if d != "__builtins__"] + [1])  # type: ignore[arg-type]
         for k, d in enumerate(sorted(self.users)):
-            for v in (self.model[d] + 3 * top + 7 * k + 5, self.model[d] + 7 + k, self.model[d] + 1):
-                point = {**self.model, d: v}
-                if all(_holds(self.code[j], point) for j in self.users[d]) and \
-                        all(_holds(c, point) for c in self.extra.get(d, ())):
-                    self.model = point
+            here = env[d]
+            for v in (here + 3 * top + 7 * k + 5, here + 7 + k, here + 1):  # type: ignore[operator]
+                env[d] = v
+                if self._others_hold(d, -1, None):
                     break
+            else:
+                env[d] = here
 
     def _candidates(self, i: int, d: str) -> list[int]:
-        f, here = self.formulas[i], self.model[d]
-        values = list(_boundary(f, d, self.model))
+        f, model = self.formulas[i], self.model
+        here = model[d]
+        values = list(_boundary(f, d, model))
         values += [here + 1, here - 1, here + 2, here - 2]
-        values += [self.model[e] + k for e in sorted(f.dims()) if e != d for k in (0, 1, -1)]
+        values += [model[e] + k for e in sorted(f.dims()) if e != d for k in (0, 1, -1)]
         values += [0, 1, 2]
         seen: set[int] = {here}
         out = []
@@ -140,12 +149,14 @@ class Witnesses:
         return out
 
     def find(self, i: int, active: set[int]) -> dict[str, int] | None:
+        env = self.env
         for d in sorted(self.formulas[i].dims()):
-            for v in self._candidates(i, d):
-                point = {**self.model, d: v}
-                if _holds(self.code[i], point) is not False:
-                    continue
-                if all(_holds(self.code[j], point) for j in self.users[d] if j != i and j in active) and \
-                        all(_holds(c, point) for c in self.extra.get(d, ())):
-                    return point
+            here = env[d]
+            try:
+                for v in self._candidates(i, d):
+                    env[d] = v
+                    if _holds(self.fns[i]) is False and self._others_hold(d, i, active):
+                        return self.model
+            finally:
+                env[d] = here
         return None
