@@ -232,14 +232,15 @@ class OrderLayer:
         for e in self.edges.values():
             if e.w + h[e.u] - h[e.v] == 0:
                 tight.add_edge(e.u, e.v)
+        comps = [c for c in nx.strongly_connected_components(tight) if len(c) > 1]
+        which = {x: k for k, c in enumerate(comps) for x in c}
+        provs: list[set] = [set() for _ in comps]
+        for e in self.edges.values():  # NOTE: one pass for all components, not one per component
+            k = which.get(e.u)
+            if k is not None and which.get(e.v) == k and e.w + h[e.u] - h[e.v] == 0:
+                provs[k] |= e.prov
         out = []
-        for comp in nx.strongly_connected_components(tight):
-            if len(comp) < 2:
-                continue
-            prov: set = set()
-            for e in self.edges.values():
-                if e.u in comp and e.v in comp and e.w + h[e.u] - h[e.v] == 0:
-                    prov |= e.prov
+        for comp, prov in zip(comps, provs):
             members = sorted(comp, key=lambda x: (x != Z, x))
             base = members[0]
             for x in members[1:]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from guardsolve.constraint import DimOrder, render_formula
-from guardsolve.expr import Div, Formula, Poly, Rel
+from guardsolve.expr import Div, Formula, Poly, Rel, negate
 
 
 def _holds(fn: Callable[[], object]) -> bool | None:
@@ -148,15 +148,59 @@ class Witnesses:
                 out.append(v)
         return out
 
+    def _broken(self, d: str, skip: int, active: set[int]) -> list[int] | None:
+        """Active formulas over `d` (not `skip`) false here; None if an extra fails or one divides by 0."""
+        out = []
+        for j in self.users.get(d, ()):
+            if j != skip and j in active:
+                ok = _holds(self.fns[j])
+                if ok is None:
+                    return None
+                if not ok:
+                    out.append(j)
+        return out if all(_holds(fn) for fn in self.extra.get(d, ())) else None
+
+    def _repair(self, i: int, d: str, broken: list[int], active: set[int]) -> bool:
+        """Move one more dim (not `d`) so that the `broken` formulas hold again, `formulas[i]` still false."""
+        env = self.env
+        dims = sorted(set().union(*(self.formulas[j].dims() for j in broken)) - {d})
+        for e in dims:
+            here = env[e]
+            values = [v for j in broken for v in _boundary(negate(self.formulas[j]), e, self.model)]
+            values += [here + 1, here - 1, here + 2, here - 2, 2 * abs(here) + 11]
+            for v in values:
+                if v == here or (v < 0 and e in self.sizes):
+                    continue
+                env[e] = v
+                if _holds(self.fns[i]) is False and self._others_hold(e, i, active) and \
+                        self._others_hold(d, i, active):
+                    return True
+            env[e] = here
+        return False
+
     def find(self, i: int, active: set[int]) -> dict[str, int] | None:
         env = self.env
-        for d in sorted(self.formulas[i].dims()):
-            here = env[d]
-            try:
+        saved = dict(env)
+        repairs: list[tuple[str, int, list[int]]] = []
+        try:
+            for d in sorted(self.formulas[i].dims()):
+                here = env[d]
                 for v in self._candidates(i, d):
                     env[d] = v
-                    if _holds(self.fns[i]) is False and self._others_hold(d, i, active):
+                    if _holds(self.fns[i]) is not False:
+                        continue
+                    broken = self._broken(d, i, active)
+                    if broken == []:
                         return self.model
-            finally:
+                    if broken is not None and len(broken) <= 2 and len(repairs) < 8:
+                        repairs.append((d, v, broken))
                 env[d] = here
-        return None
+            # NOTE: no one-dim move works: try moving a second dim to fix what the first broke.
+            for d, v, broken in repairs:
+                env[d] = v
+                if self._repair(i, d, broken, active):
+                    return self.model
+                env.update(saved)
+            return None
+        finally:
+            env.update(saved)
