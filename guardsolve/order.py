@@ -103,7 +103,9 @@ class OrderLayer:
         h = {x: 0 for x in nodes}
         pred: dict[str, Edge] = {}
         count = {x: 0 for x in nodes}
-        queue = list(nodes)
+        # NOTE: starting in topological order settles an acyclic graph in one pass (from an
+        # arbitrary order, a long chain of `<` costs a pass per link).
+        queue = _topological(adj, nodes)
         inq = set(nodes)
         qi = 0
         while qi < len(queue):
@@ -137,37 +139,60 @@ class OrderLayer:
                 return ids
 
     @staticmethod
-    def _dijkstra(adj: dict[str, list[Edge]], h: dict[str, int], src: str, skip: Edge | None = None,
-                  goal: str | None = None, limit: float = INF, radius: float = INF) -> dict[str, int]:
-        """Exact distances from src (Dijkstra on weights reduced by potentials h).
+    def _search(adj: dict[str, list[Edge]], h: dict[str, int], src: str,
+                targets: dict[str, float] | None = None, radius: float = INF, back: bool = False) -> dict[str, int]:
+        """Exact distances from src (to src when `back`) of the nodes settled before stopping.
 
-        Stops at `goal` once its distance is known to exceed `limit`, or past reduced distance
-        `radius`; only nodes settled before stopping are returned.
+        Dijkstra on weights reduced by the potentials h (never negative). It stops past reduced
+        distance `radius`, or once every node of `targets` (node -> its own radius) is settled
+        or out of its radius. Among equal distances it
+        goes depth first, so along a chain of tight edges it reaches the far end without first
+        settling everything else at the same distance. `back` walks edges backwards, over an
+        adjacency of in-edges (see `_sorted`).
         """
-        cap = min(radius, limit + h[src] - h[goal]) if goal is not None else radius
+        left = {t: r for t, r in targets.items() if t != src} if targets is not None else None
+        if left is not None:
+            radius = min(radius, max(left.values(), default=-1))
         dist: dict[str, int] = {src: 0}
-        heap = [(0, src)]
-        done: set[str] = set()
+        heap = [(0, 0, src)]
+        done: dict[str, int] = {}
+        tick = 0
         while heap:
-            d, x = heapq.heappop(heap)
+            d, _, x = heapq.heappop(heap)
             if x in done:
                 continue
-            done.add(x)
-            if x == goal:
+            if d > radius:
                 break
-            if d > cap:
-                done.discard(x)
-                break
+            done[x] = d - h[src] + h[x] if not back else d + h[src] - h[x]
+            if left is not None:
+                left.pop(x, None)
+                if radius > d and any(r < d for r in left.values()):
+                    # NOTE: targets out of their own radius are answered (not within): drop them
+                    left = {t: r for t, r in left.items() if r >= d}
+                    radius = max(left.values(), default=-1)
+                if not left:
+                    break
             for e in adj.get(x, ()):
-                nd = d + e.w + h[x] - h[e.v]
-                if nd > cap:
+                y = e.u if back else e.v
+                nd = d + e.w + h[e.u] - h[e.v]
+                if nd > radius:
                     break  # NOTE: adjacency is sorted by reduced weight (see _sorted)
-                if e is skip:
-                    continue
-                if nd < dist.get(e.v, INF):
-                    dist[e.v] = nd
-                    heapq.heappush(heap, (nd, e.v))
-        return {x: d - h[src] + h[x] for x, d in dist.items() if x in done or x == goal}
+                if nd < dist.get(y, INF):
+                    dist[y] = nd
+                    tick -= 1
+                    heapq.heappush(heap, (nd, tick, y))
+        return done
+
+    @staticmethod
+    def _reverse(adj: dict[str, list[Edge]], h: dict[str, int]) -> dict[str, list[Edge]]:
+        """In-edges per node, sorted by reduced weight."""
+        radj: dict[str, list[Edge]] = defaultdict(list)
+        for es in adj.values():
+            for e in es:
+                radj[e.v].append(e)
+        for es in radj.values():
+            es.sort(key=lambda e: e.w + h[e.u] - h[e.v])
+        return radj
 
     # -- the layer -------------------------------------------------------------------------
 
@@ -188,11 +213,9 @@ class OrderLayer:
         adj = self._sorted(self._adjacency(), h)
         reach = _Reach(adj)
         diseqs = [(d, reach.finite(d.u, d.v) and reach.finite(d.v, d.u)) for d in self.diseqs.values()]
-        return OrderResult(kept, diseqs, [], self.implied, lambda x: self._within(adj, h, x, Z, -1))
-
-    def _within(self, adj: dict[str, list[Edge]], h: dict[str, int], u: str, v: str, limit: int) -> bool:
-        """Is `v - u <= limit` implied (a path u -> v of weight <= limit)?"""
-        return self._bounded_dist(adj, h, u, v, limit) <= limit
+        to_z = self._search(self._reverse(adj, h), h, Z, back=True) if Z in h else {}
+        # x >= 1 is implied when a path x -> Z weighs at most -1
+        return OrderResult(kept, diseqs, [], self.implied, lambda x: to_z.get(x, INF) <= -1)
 
     def _batched(self, adj: dict[str, list[Edge]], h: dict[str, int],
                  queries: list[tuple[str, str, int]]) -> dict[tuple[str, str], float]:
@@ -210,19 +233,13 @@ class OrderLayer:
             else:
                 by_source[s].append((t, limit))
         for s, targets in by_source.items():
-            radius = max(limit + h[s] - h[t] for t, limit in targets)
-            found = self._dijkstra(adj, h, s, radius=radius)
+            radii: dict[str, float] = {}
+            for t, limit in targets:
+                radii[t] = max(radii.get(t, -INF), limit + h[s] - h[t])
+            found = self._search(adj, h, s, radii)
             for t, _ in targets:
                 out[(s, t)] = found.get(t, INF)
         return out
-
-    def _bounded_dist(self, adj: dict[str, list[Edge]], h: dict[str, int], u: str, v: str, limit: float) -> float:
-        """dist(u, v) when it is <= limit, else something larger (INF)."""
-        if u == v:
-            return 0
-        if u not in h or v not in h:
-            return INF
-        return self._dijkstra(adj, h, u, goal=v, limit=limit).get(v, INF)
 
     def _zero_cycles(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> list[tuple[str, str, int, set]]:
         """Nodes on a zero-weight cycle are equal up to an offset (SCCs of tight edges)."""
@@ -276,33 +293,96 @@ class OrderLayer:
     def _reduce(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> list[Edge]:
         """Remove every non-background edge implied by the remaining ones.
 
-        One bounded Dijkstra per source node decides all of its out-edges: `u -> v (w)` is
-        implied when some in-edge `x -> v` other than itself closes a path of weight <= w.
+        `u -> v (w)` is implied when a path from u other than the edge itself reaches v with
+        weight <= w. Bounds (edges from or to Z) are decided by one full search each way from
+        Z; the other edges by one search per source node.
         NOTE: with no zero-weight cycle left (solve() unified them), a path back through the
         edge itself is strictly heavier, and two edges cannot each be the other's only
         alternative, so removing every implied edge at once is the same as one at a time.
         """
-        edges = dict(self.edges)
-        into: dict[str, list[Edge]] = defaultdict(list)
+        radj = self._reverse(adj, h)
+        from_z = self._search(adj, h, Z) if Z in h else {}
+        to_z = self._search(radj, h, Z, back=True) if Z in h else {}
         by_source: dict[str, list[Edge]] = defaultdict(list)
+        implied: list[Edge] = []
         for e in self.edges.values():
-            into[e.v].append(e)
-            if not e.background:
+            if e.background:
+                continue
+            if e.v == Z:  # a lower bound: another way out of u down to Z
+                alt = min((f.w + to_z[f.v] for f in adj.get(e.u, ()) if f is not e and f.v in to_z), default=INF)
+                if alt <= e.w:
+                    implied.append(e)
+            elif e.u == Z:  # an upper bound: another way from Z into v
+                alt = min((from_z[f.u] + f.w for f in radj.get(e.v, ()) if f is not e and f.u in from_z), default=INF)
+                if alt <= e.w:
+                    implied.append(e)
+            else:
                 by_source[e.u].append(e)
         for u, out in by_source.items():
-            radius = max(e.w + h[u] - h[e.v] for e in out)
-            dist = self._dijkstra(adj, h, u, radius=radius)
-            for e in out:
-                # NOTE: scan whichever is smaller: v's in-edges (Z has one per dim) or the settled set
-                if len(into[e.v]) <= len(dist):
-                    alt = min((dist[f.u] + f.w for f in into[e.v] if f is not e and f.u in dist), default=INF)
-                else:
-                    alt = min((d + f.w for x, d in dist.items() if x != u and (f := edges.get((x, e.v))) is not None),
-                              default=INF)
-                if alt <= e.w:
-                    self.implied |= e.prov
-                    del self.edges[(e.u, e.v)]
+            implied += self._implied_out_edges(adj, h, u, out)
+        for e in implied:
+            self.implied |= e.prov
+            del self.edges[(e.u, e.v)]
         return [e for e in self.edges.values() if not e.background]
+
+    @staticmethod
+    def _implied_out_edges(adj: dict[str, list[Edge]], h: dict[str, int], u: str, out: list[Edge]) -> list[Edge]:
+        """Which of u's out-edges another path from u makes redundant (Dijkstra on reduced weights).
+
+        The search stops as soon as every out-edge is decided; among equal distances it goes
+        depth first, so along a chain of tight edges it reaches the far end without first
+        settling everything else at the same distance.
+        """
+        pending = {e.v: e for e in out}
+        cap = {e.v: e.w + h[u] - h[e.v] for e in out}  # reduced weight of each out-edge
+        radius = max(cap.values())
+        dist: dict[str, int] = {u: 0}
+        heap = [(0, 0, u)]
+        done: set[str] = set()
+        found: list[Edge] = []
+        tick = 0
+        while heap and pending:
+            d, _, x = heapq.heappop(heap)
+            if x in done:
+                continue
+            if d > radius:
+                break
+            done.add(x)
+            for f in adj.get(x, ()):
+                nd = d + f.w + h[x] - h[f.v]
+                if nd > radius:
+                    break  # NOTE: adjacency is sorted by reduced weight (see _sorted)
+                e = pending.get(f.v)
+                if e is not None and f is not e and nd <= cap[f.v]:
+                    found.append(pending.pop(f.v))
+                    radius = max((cap[v] for v in pending), default=-1)
+                if nd < dist.get(f.v, INF):
+                    dist[f.v] = nd
+                    tick -= 1
+                    heapq.heappush(heap, (nd, tick, f.v))
+        return found
+
+def _topological(adj: dict[str, list[Edge]], nodes: set[str]) -> list[str]:
+    """Reverse DFS postorder: a topological order when the graph has no cycle, a good guess otherwise."""
+    seen: set[str] = set()
+    post: list[str] = []
+    for root in sorted(nodes):
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(adj.get(root, ())))]
+        while stack:
+            x, it = stack[-1]
+            for e in it:
+                if e.v not in seen:
+                    seen.add(e.v)
+                    stack.append((e.v, iter(adj.get(e.v, ()))))
+                    break
+            else:
+                stack.pop()
+                post.append(x)
+    return post[::-1]
+
 
 class _Reach:
     """Cheap reachability for deciding whether a difference is bounded both ways.
