@@ -78,12 +78,15 @@ def symbolic_rules(defined: list[tuple[Poly, int]], index: dict[str, int]) -> Ru
     }, enter)
 
 
-def normalize(graph: Graph) -> Normalized:
-    """Atoms of a guard graph; raises `UnsatisfiableGuardsError` on a bailout that is always false."""
+def normalize(graph: Graph, *, validate: bool = True) -> Normalized:
+    """Atoms of a guard graph; raises `UnsatisfiableGuardsError` on a bailout that is always false.
+
+    `validate=False` skips re-checking a graph that `guard_graph` has just checked or built.
+    """
     defined: list[tuple[Poly, int]] = []
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     env: dict[str, Any] = {}
-    interpret(graph, symbolic_rules(defined, index), env)  # type: ignore[arg-type]
+    interpret(graph, symbolic_rules(defined, index), env, validate=validate)  # type: ignore[arg-type]
     dims = [n.params["name"] for n in graph.nodes if n.op in (Op.INT_PLACEHOLDER, Op.INT_ARG)]
     sizes = frozenset(n.params["name"] for n in graph.nodes if n.op is Op.INT_PLACEHOLDER)
     raw: list[tuple[Formula, int]] = []
