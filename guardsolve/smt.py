@@ -3,7 +3,9 @@
 Lowering of formulas and of whole guard graphs to z3 (a rule table over the same ops), and
 `reduce_component`: one small solver per independent component, tracking literals, a timeout on
 every call, and removal of each constraint implied by the rest. `unknown` is a result: the
-constraint is kept and the reason recorded.
+constraint is kept and the reason recorded. A component is handed to z3 as one SMT-LIB text
+(`formula_to_smtlib`); a constraint that a nearby concrete point already shows irredundant
+(`guardsolve.witness`) costs no solver call.
 """
 
 from __future__ import annotations
