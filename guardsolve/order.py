@@ -47,7 +47,7 @@ class Diseq:
 @dataclass
 class OrderResult:
     edges: list[Edge]
-    diseqs: list[tuple[Diseq, bool]]  # (diseq, bounded: the interval of v - u is finite)
+    diseqs: list[Diseq]
     equalities: list[tuple[str, str, int, set]]  # v == u + k, with provenance
     implied: set  # atom ids implied by what is kept
     positive: Callable[[str], bool] = lambda x: False  # is `x >= 1` implied?
@@ -211,8 +211,7 @@ class OrderLayer:
         h = self._potentials(adj)
         kept = self._reduce(self._sorted(adj, h), h)
         adj = self._sorted(self._adjacency(), h)
-        reach = _Reach(adj)
-        diseqs = [(d, reach.finite(d.u, d.v) and reach.finite(d.v, d.u)) for d in self.diseqs.values()]
+        diseqs = list(self.diseqs.values())
         to_z = self._search(self._reverse(adj, h), h, Z, back=True) if Z in h else {}
         # x >= 1 is implied when a path x -> Z weighs at most -1
         return OrderResult(kept, diseqs, [], self.implied, lambda x: to_z.get(x, INF) <= -1)
@@ -384,43 +383,66 @@ def _topological(adj: dict[str, list[Edge]], nodes: set[str]) -> list[str]:
     return post[::-1]
 
 
-class _Reach:
-    """Cheap reachability for deciding whether a difference is bounded both ways.
+def needs_solver(edges: Iterable[Edge], diseqs: list[Diseq]) -> bool:
+    """Can a disequality change what is implied in this component? Then z3 must decide it.
 
-    It may answer "finite" for an infinite distance (that only sends a component to z3),
-    never the reverse.
+    `edges` are all of the component's edges (kept, bounds through Z and background ones).
+    A constraint c is redundant when no integer point satisfies the others and violates c.
+    Without disequalities the shortest paths decide that exactly. A disequality `b - a != k`
+    whose difference is unbounded on the region where c fails can always be dodged: move far
+    along a direction in which every such difference changes (a finite union of hyperplanes
+    never covers a convex cone), which leaves the bounded differences alone. So only a
+    disequality bounded on that region can matter. The region adds to the graph the
+    reverse of a failing edge (`v -> u` for `u -> v`), or both edges of a failing
+    disequality's equality. Reachability is taken on the whole graph plus those edges (the
+    failing edge is not removed), which over-approximates boundedness: at worst z3 runs
+    where it was not needed.
+
+    Below, `x >= 6` is implied by the rest (x == 5 would force y == z == 0), which the
+    shortest paths alone cannot see; without that bound nothing makes `y - z` bounded:
+
+    >>> sizes = [Edge(d, Z, 0, background=True) for d in "xyz"]
+    >>> es = [Edge("x", "y", -5), Edge("x", "z", -5)]          # x >= y + 5, x >= z + 5
+    >>> needs_solver(es + [Edge("x", Z, -6)] + sizes, [Diseq("y", "z", 0, frozenset())])
+    True
+    >>> needs_solver(es + sizes, [Diseq("y", "z", 0, frozenset())])
+    False
     """
+    edges = list(edges)
+    if not diseqs:
+        return False
+    subjects: list[list[tuple[str, str]]] = [[(e.v, e.u)] for e in edges if not e.background]
+    subjects += [[(d.u, d.v), (d.v, d.u)] for d in diseqs]
+    if len(subjects) < 2:
+        return False
+    reach = _closure(edges)
 
-    CAP = 2000
+    def r(a: str, b: str, extra: list[tuple[str, str]]) -> bool:
+        return a == b or b in reach.get(a, ()) or any(
+            (x == a or x in reach.get(a, ())) and (b == y or b in reach.get(y, ())) for x, y in extra)
 
-    def __init__(self, adj: dict[str, list[Edge]]):
-        self.adj = adj
-        radj: dict[str, list[str]] = defaultdict(list)
-        for u, es in adj.items():
-            for e in es:
-                radj[e.v].append(u)
-        self.from_z = self._bfs(Z, lambda x: [e.v for e in adj.get(x, ())], None)
-        self.to_z = self._bfs(Z, lambda x: radj.get(x, []), None)
+    n_edges = len(subjects) - len(diseqs)
+    for i, extra in enumerate(subjects):
+        for j, d in enumerate(diseqs):
+            if n_edges + j != i and r(d.u, d.v, extra) and r(d.v, d.u, extra):
+                return True
+    return False
 
-    @staticmethod
-    def _bfs(start: str, nxt: Callable[[str], list[str]], cap: int | None) -> set[str]:
-        seen = {start}
-        todo = [start]
-        while todo:
-            x = todo.pop()
-            for y in nxt(x):
-                if y not in seen:
-                    seen.add(y)
-                    todo.append(y)
-                    if cap is not None and len(seen) > cap:
-                        return seen
-        return seen
 
-    def finite(self, u: str, v: str) -> bool:
-        if u == v or (u in self.to_z and v in self.from_z):
-            return True
-        if u == Z or v == Z:
-            return False  # NOTE: from_z / to_z are exact for paths that start or end at Z
-        # NOTE: paths through Z are covered above; searching past Z would visit every bounded dim.
-        seen = self._bfs(u, lambda x: [e.v for e in self.adj.get(x, ()) if e.v != Z], self.CAP)
-        return v in seen or len(seen) > self.CAP
+def _closure(edges: list[Edge]) -> dict[str, set[str]]:
+    """Every node's set of nodes reachable by a non-empty path (SCCs, then reverse topological order)."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_edges_from((e.u, e.v) for e in edges)
+    dag = nx.condensation(g)
+    members = dag.graph["mapping"]
+    below: dict[int, set[str]] = {}
+    for c in reversed(list(nx.topological_sort(dag))):
+        out: set[str] = set()
+        for succ in dag.successors(c):
+            out |= dag.nodes[succ]["members"] | below[succ]
+        if len(dag.nodes[c]["members"]) > 1:
+            out |= dag.nodes[c]["members"]
+        below[c] = out
+    return {x: below[c] for x, c in members.items()}

@@ -27,7 +27,7 @@ from guardsolve.guards import guard_graph, is_guard_graph, signature_of
 from guardsolve.guardset import GuardSet
 from guardsolve.ir import Graph
 from guardsolve.normalize import Atom, describe, normalize
-from guardsolve.order import Z, OrderLayer
+from guardsolve.order import Z, OrderLayer, needs_solver
 from guardsolve.smt import reduce_component
 from guardsolve.unify import Conflict, UnionFind
 
@@ -145,10 +145,10 @@ class Simplifier:
         implied = st.implied | layer.implied
         undecided: list[str] = []
         kept_edges = res.edges
-        kept_diseqs = [d for d, _ in res.diseqs]
+        kept_diseqs = res.diseqs
         kept_general = general
-        hard = self._components(kept_edges, kept_diseqs, kept_general, {d for d, bounded in res.diseqs if bounded})
         background_of = {e.u: e for e in layer.edges.values() if e.background}
+        hard = self._components(kept_edges, kept_diseqs, kept_general, background_of)
         ctx: z3.Context | None = None
         removed: set[int] = set()  # ids of the items z3 found implied
         for k, (comp_edges, comp_diseqs, comp_general) in enumerate(hard):
@@ -296,9 +296,13 @@ class Simplifier:
                 general.append(a)
         return layer, general
 
-    def _components(self, edges: list[Any], diseqs: list[Any], general: list[Atom], bounded: set[Any]
+    def _components(self, edges: list[Any], diseqs: list[Any], general: list[Atom], background_of: dict[str, Any]
                     ) -> list[tuple[list[Any], list[Any], list[Atom]]]:
-        """Independent components (by shared dims) that need z3: general atoms or bounded diseqs."""
+        """Independent components (by shared dims) that need z3.
+
+        Those with general atoms, and those where a disequality can change what is implied
+        (`order.needs_solver`); in the others the ordering layer's result is exact.
+        """
         g = nx.Graph()
         items: list[tuple[str, Any, list[str]]] = []
         for e in edges:
@@ -315,10 +319,15 @@ class Simplifier:
         for comp in nx.connected_components(g):
             idx = sorted(i for kind, i in comp if kind == "item")
             chosen = [items[i] for i in idx]
-            if not any(k == "g" or (k == "d" and obj in bounded) for k, obj, _ in chosen):
-                continue
-            out.append(([o for k, o, _ in chosen if k == "e"], [o for k, o, _ in chosen if k == "d"],
-                        [o for k, o, _ in chosen if k == "g"]))
+            comp_edges = [o for k, o, _ in chosen if k == "e"]
+            comp_diseqs = [o for k, o, _ in chosen if k == "d"]
+            comp_general = [o for k, o, _ in chosen if k == "g"]
+            if not comp_general:
+                dims = {d for _, _, ds in chosen for d in ds}
+                background = [b for d in dims if (b := background_of.get(d)) is not None]
+                if not needs_solver(comp_edges + background, comp_diseqs):
+                    continue
+            out.append((comp_edges, comp_diseqs, comp_general))
         return out
 
     def _equalities(self, uf: UnionFind, eqs: list[tuple[tuple[Any, ...], Prov]]) -> list[Constraint]:

@@ -123,6 +123,10 @@ def test_shape_branch() -> None:
     (["a0 * a1 == b0", "a1 == 1"], ["a0 == b0", "a1 == 1"]),
     (["a0 * a1 == b0", "a1 == 0"], ["a1 == 0", "b0 == 0"]),
     (["x0 <= 5", "a0 <= x0", "a0 <= 5"], ["a0 <= x0", "x0 <= 5"]),
+    # x0 == 5 would force a0 == b0 == 0: the disequality makes `x0 != 5` (tightened to
+    # `x0 >= 6`) redundant, which shortest paths alone cannot see (z3 decides this component)
+    (["x0 >= a0 + 5", "x0 >= b0 + 5", "not (a0 == b0)", "not (x0 == 5)"],
+     ["a0 <= x0 - 5", "b0 <= x0 - 5", "a0 != b0"]),
 ])
 def test_layers(asserts: list[str], expected: list[str]) -> None:
     gs = simplify(guards(*asserts), verify=True)
