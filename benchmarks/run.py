@@ -213,6 +213,7 @@ def bench_models(repeats: int) -> list[dict[str, Any]]:
         model = _example(name, attr)
         x = torch.randn(shape)
         with torch.no_grad():
+            model(x), guardsolve.simplify(guardsolve.trace(model, x))  # NOTE: warm up: steady state is timed
             t_eager, _ = timed(lambda: model(x), repeats * 5)
             t_trace, t = timed(lambda: guardsolve.trace(model, x), repeats)
         t_simplify, gs = timed(lambda: guardsolve.simplify(t), repeats)
@@ -333,63 +334,55 @@ def header(args: argparse.Namespace) -> list[str]:
     ]
 
 
+def table(title: str, columns: list[str], rows: list[list[Any]]) -> list[str]:
+    """A markdown section: title, header, one line per row."""
+    lines = [f"## {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
 def mixed_table(mixed: list) -> list[str]:
-    lines = [
-        "## mixed-N: the same recorded comparisons, simplified", "",
-        "| N | bailouts | guardsolve | ShapeEnv (guard calls + produce_guards) | greedy z3 | ShapeEnv / guardsolve "
-        "| greedy z3 / guardsolve | guards emitted (gs / ShapeEnv / greedy) | irredundant (gs / ShapeEnv) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in mixed:
-        lines.append(f"| {r['n']} | {r['bailouts']} | {fmt(r['t_gs'])} | {fmt(r['t_pt'])} | {fmt(r['t_greedy'])} | "
-                     f"{ratio(r['t_pt'], r['t_gs'])} | {ratio(r['t_greedy'], r['t_gs'])} | "
-                     f"{r['gs_guards']} / {r['pt_guards']} / {r['greedy_guards'] if r['greedy_guards'] is not None else '—'} | "
-                     f"{r['gs_irredundant']} / {r['pt_irredundant']} |")
-    return lines
+    return table("mixed-N: the same recorded comparisons, simplified",
+                 ["N", "bailouts", "guardsolve", "ShapeEnv (guard calls + produce_guards)", "greedy z3",
+                  "ShapeEnv / guardsolve", "greedy z3 / guardsolve", "guards emitted (gs / ShapeEnv / greedy)",
+                  "irredundant (gs / ShapeEnv)"],
+                 [[r["n"], r["bailouts"], fmt(r["t_gs"]), fmt(r["t_pt"]), fmt(r["t_greedy"]),
+                   ratio(r["t_pt"], r["t_gs"]), ratio(r["t_greedy"], r["t_gs"]),
+                   f"{r['gs_guards']} / {r['pt_guards']} / {r['greedy_guards'] if r['greedy_guards'] is not None else '—'}",
+                   f"{r['gs_irredundant']} / {r['pt_irredundant']}"] for r in mixed])
 
 
 def chain_table(chains: list) -> list[str]:
-    lines = ["## chain-N: `x0 + x1 + ... + x_{N-1}` on `[8]` inputs, tracing to final guards", "",
-             "| N | guardsolve (trace + simplify) | PyTorch (make_fx symbolic + produce_guards) | ratio | guards (gs / PyTorch) |",
-             "|---|---|---|---|---|"]
-    for r in chains:
-        lines.append(f"| {r['n']} | {fmt(r['t_gs'])} | {fmt(r['t_pt'])} | {ratio(r['t_pt'], r['t_gs'])} | "
-                     f"{r['gs_guards']} / {r['pt_guards']} |")
-    return lines
+    return table("chain-N: `x0 + x1 + ... + x_{N-1}` on `[8]` inputs, tracing to final guards",
+                 ["N", "guardsolve (trace + simplify)", "PyTorch (make_fx symbolic + produce_guards)", "ratio",
+                  "guards (gs / PyTorch)"],
+                 [[r["n"], fmt(r["t_gs"]), fmt(r["t_pt"]), ratio(r["t_pt"], r["t_gs"]),
+                   f"{r['gs_guards']} / {r['pt_guards']}"] for r in chains])
 
 
 def models_table(models: list) -> list[str]:
-    lines = ["## models (examples/)", "",
-             "| model | eager forward | trace | trace / eager | simplify | trace nodes | bailouts → minimal guards |",
-             "|---|---|---|---|---|---|---|"]
-    for r in models:
-        lines.append(f"| {r['model']} | {fmt(r['t_eager'])} | {fmt(r['t_trace'])} | {ratio(r['t_trace'], r['t_eager'])} | "
-                     f"{fmt(r['t_simplify'])} | {r['nodes']} | {r['bailouts']} → {r['guards']} |")
-    return lines
+    return table("models (examples/)",
+                 ["model", "eager forward", "trace", "trace / eager", "simplify", "trace nodes",
+                  "bailouts → minimal guards"],
+                 [[r["model"], fmt(r["t_eager"]), fmt(r["t_trace"]), ratio(r["t_trace"], r["t_eager"]),
+                   fmt(r["t_simplify"]), r["nodes"], f"{r['bailouts']} → {r['guards']}"] for r in models])
 
 
 def check_table(checks: list) -> list[str]:
-    lines = ["## check: per-call cost of deciding whether a trace can be reused", "",
-             "| case | bailouts → guards | compiled minimal `GuardSet.check` | interpreting the raw guard graph | "
-             "PyTorch guard function | raw / compiled | PyTorch / compiled |",
-             "|---|---|---|---|---|---|---|"]
-    for r in checks:
-        lines.append(f"| {r['case']} | {r['bailouts']} → {r['guards']} | {fmt(r['per_compiled'])} | {fmt(r['per_raw'])} | "
-                     f"{fmt(r['per_pt'])} | {ratio(r['per_raw'], r['per_compiled'])} | {ratio(r['per_pt'], r['per_compiled'])} |")
-    return lines
+    return table("check: per-call cost of deciding whether a trace can be reused",
+                 ["case", "bailouts → guards", "compiled minimal `GuardSet.check`", "interpreting the raw guard graph",
+                  "PyTorch guard function", "raw / compiled", "PyTorch / compiled"],
+                 [[r["case"], f"{r['bailouts']} → {r['guards']}", fmt(r["per_compiled"]), fmt(r["per_raw"]),
+                   fmt(r["per_pt"]), ratio(r["per_raw"], r["per_compiled"]), ratio(r["per_pt"], r["per_compiled"])]
+                  for r in checks])
 
 
 def scale_table(scale: list) -> list[str]:
-    lines = ["## scale: simplify on generated guard graphs mixing every constraint kind", "",
-             "| bailouts | time | peak RSS (process, incl. the input graph) | RSS before simplify | guards | minimal | "
-             "time ratio vs previous |", "|---|---|---|---|---|---|---|"]
-    prev = None
-    for r in scale:
-        lines.append(f"| {r['bailouts']} | {fmt(r['t'])} | {r['peak_mb']:.0f} MiB | {r['graph_mb']:.0f} MiB | "
-                     f"{r['guards']} | {r['minimal']} | "
-                     f"{ratio(r['t'], prev['t']) if prev else '—'} |")
-        prev = r
-    return lines
+    return table("scale: simplify on generated guard graphs mixing every constraint kind",
+                 ["bailouts", "time", "peak RSS (process, incl. the input graph)", "RSS before simplify", "guards",
+                  "minimal", "time ratio vs previous"],
+                 [[r["bailouts"], fmt(r["t"]), f"{r['peak_mb']:.0f} MiB", f"{r['graph_mb']:.0f} MiB", r["guards"],
+                   r["minimal"], ratio(r["t"], prev["t"]) if prev else "—"]
+                  for prev, r in zip([None] + scale[:-1], scale)])
 
 
 def targets(mixed: list, chains: list, checks: list, scale: list) -> list[str]:
