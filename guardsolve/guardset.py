@@ -11,9 +11,10 @@ a0 != 1
 
 from __future__ import annotations
 
+import functools
 import linecache
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import z3
 
@@ -72,9 +73,16 @@ class GuardSet:
         texts = [c.text for c in self.constraints]
         divides = any(_has_division(c) for c in self.constraints)
         self._dims_src = check_dims_source(texts, self.dims, divides)
-        self._check_dims = compile_function(self._dims_src, "check_dims")
         self._src = check_source(texts, self.signature, divides) if self.signature is not None else None
-        self._check = compile_function(self._src, "check") if self._src is not None else None
+
+    # NOTE: compiled on first use: compiling costs about as much as simplifying a large trace.
+    @functools.cached_property
+    def _check_dims(self) -> Callable[..., bool]:
+        return compile_function(self._dims_src, "check_dims")
+
+    @functools.cached_property
+    def _check(self) -> Callable[..., bool] | None:
+        return compile_function(self._src, "check") if self._src is not None else None
 
     # -- the set ---------------------------------------------------------------------------
 

@@ -16,6 +16,8 @@ from typing import Mapping
 class Type(Enum):
     """The value types of the IR."""
 
+    __hash__ = object.__hash__  # NOTE: see Op
+
     BOOL = "bool"
     INT = "int"
     SIZE = "size"
@@ -24,6 +26,10 @@ class Type(Enum):
 
 class Op(Enum):
     """Every op of the IR; the value is its spelling in the text format."""
+
+    # NOTE: members are singletons compared by identity; the identity hash is C-level, where
+    # Enum's own hashes the name in Python on every dict lookup of a rule table.
+    __hash__ = object.__hash__
 
     BOOL_BAILOUT = "bool_bailout"
     BOOL_CONST = "bool_const"

@@ -59,6 +59,18 @@ class Recorder:
         self.names = dict(names or {})
         self.value_guards = value_guards
         self._lifted: dict[int, Any] = {}
+        self._loc: SourceLoc | None = None  # the user's line for the torch call in progress
+
+    def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run one torch-level call (a rule) with the user's source line found once for all
+        the nodes it records, instead of walking the stack per node."""
+        if self._loc is not None:  # NOTE: nested: the outer call fixed the line
+            return fn(*args, **kwargs)
+        self._loc = user_location()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._loc = None
 
     def constant_name(self, t: Any) -> str:
         """A fresh identifier for a constant tensor (its module path when known)."""
@@ -79,4 +91,5 @@ class Recorder:
                 raise TraceError(
                     f"{op}: input {v!r} belongs to a different trace; values cannot cross traces")
             names.append(v.name)
-        return self.graph.emit(op, names, meta={"loc": user_location()}, **params)
+        loc = self._loc if self._loc is not None else user_location()
+        return self.graph.emit(op, names, meta={"loc": loc}, **params)

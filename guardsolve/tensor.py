@@ -50,7 +50,10 @@ class TracedTensor:
         rule = TORCH_RULES.get(func)
         if rule is None:
             raise UnsupportedOpError(func_name(func), supported_names())
-        return rule(*args, **(kwargs or {}))
+        rec = next((a.rec for a in args if isinstance(a, TracedTensor)), None)
+        if rec is None:
+            return rule(*args, **(kwargs or {}))
+        return rec.call(rule, *args, **(kwargs or {}))
 
     def __getattr__(self, name: str) -> Any:
         from guardsolve.torch_rules import TORCH_RULES, supported_names
@@ -60,7 +63,7 @@ class TracedTensor:
             rule = TORCH_RULES.get(method)
             if rule is None:
                 raise UnsupportedOpError(f"Tensor.{name}", supported_names())
-            return lambda *args, **kwargs: rule(self, *args, **kwargs)
+            return lambda *args, **kwargs: self.rec.call(rule, self, *args, **kwargs)
         raise AttributeError(f"'TracedTensor' object has no attribute {name!r}")
 
     # -- metadata (static: traces specialize on rank, dtype and device) ------------------------
@@ -162,8 +165,11 @@ def _install_operators() -> None:
         "__neg__": lambda a: R.unary("neg", a), "__abs__": lambda a: R.unary("abs", a),
         "__getitem__": lambda a, idx: R.getitem(a, idx),
     }
+    def at_user(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda a, *rest: a.rec.call(fn, a, *rest)
+
     for name, fn in ops.items():
-        setattr(TracedTensor, name, fn)
+        setattr(TracedTensor, name, at_user(fn))
 
 
 _install_operators()
