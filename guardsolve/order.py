@@ -145,10 +145,9 @@ class OrderLayer:
 
         Dijkstra on weights reduced by the potentials h (never negative). It stops past reduced
         distance `radius`, or once every node of `targets` (node -> its own radius) is settled
-        or out of its radius. Among equal distances it
-        goes depth first, so along a chain of tight edges it reaches the far end without first
-        settling everything else at the same distance. `back` walks edges backwards, over an
-        adjacency of in-edges (see `_sorted`).
+        or out of its radius. Among equal distances it goes depth first, so along a chain of
+        tight edges it reaches the far end without first settling everything else at the same
+        distance. `back` walks edges backwards, over an adjacency of in-edges (`_reverse`).
         """
         left = {t: r for t, r in targets.items() if t != src} if targets is not None else None
         if left is not None:
@@ -209,12 +208,9 @@ class OrderLayer:
                 break
         adj = self._adjacency()
         h = self._potentials(adj)
-        kept = self._reduce(self._sorted(adj, h), h)
-        adj = self._sorted(self._adjacency(), h)
-        diseqs = list(self.diseqs.values())
-        to_z = self._search(self._reverse(adj, h), h, Z, back=True) if Z in h else {}
+        kept, to_z = self._reduce(self._sorted(adj, h), h)
         # x >= 1 is implied when a path x -> Z weighs at most -1
-        return OrderResult(kept, diseqs, [], self.implied, lambda x: to_z.get(x, INF) <= -1)
+        return OrderResult(kept, list(self.diseqs.values()), [], self.implied, lambda x: to_z.get(x, INF) <= -1)
 
     def _batched(self, adj: dict[str, list[Edge]], h: dict[str, int],
                  queries: list[tuple[str, str, int]]) -> dict[tuple[str, str], float]:
@@ -289,8 +285,9 @@ class OrderLayer:
         # gets tighter, so a stale bound can make an added edge redundant, never wrong.
         return changed
 
-    def _reduce(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> list[Edge]:
-        """Remove every non-background edge implied by the remaining ones.
+    def _reduce(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> tuple[list[Edge], dict[str, int]]:
+        """Remove every non-background edge implied by the remaining ones; return the kept
+        edges and each node's distance to Z (which removing implied edges does not change).
 
         `u -> v (w)` is implied when a path from u other than the edge itself reaches v with
         weight <= w. Bounds (edges from or to Z) are decided by one full search each way from
@@ -322,7 +319,7 @@ class OrderLayer:
         for e in implied:
             self.implied |= e.prov
             del self.edges[(e.u, e.v)]
-        return [e for e in self.edges.values() if not e.background]
+        return [e for e in self.edges.values() if not e.background], to_z
 
     @staticmethod
     def _implied_out_edges(adj: dict[str, list[Edge]], h: dict[str, int], u: str, out: list[Edge]) -> list[Edge]:
@@ -360,6 +357,7 @@ class OrderLayer:
                     tick -= 1
                     heapq.heappush(heap, (nd, tick, f.v))
         return found
+
 
 def _topological(adj: dict[str, list[Edge]], nodes: set[str]) -> list[str]:
     """Reverse DFS postorder: a topological order when the graph has no cycle, a good guess otherwise."""
@@ -411,9 +409,10 @@ def needs_solver(edges: Iterable[Edge], diseqs: list[Diseq]) -> bool:
     edges = list(edges)
     if not diseqs:
         return False
-    subjects: list[list[tuple[str, str]]] = [[(e.v, e.u)] for e in edges if not e.background]
-    subjects += [[(d.u, d.v), (d.v, d.u)] for d in diseqs]
-    if len(subjects) < 2:
+    # each constraint that may fail: the edges its failure adds, and the disequality it is (if one)
+    failing: list[tuple[list[tuple[str, str]], Diseq | None]] = [([(e.v, e.u)], None) for e in edges if not e.background]
+    failing += [([(d.u, d.v), (d.v, d.u)], d) for d in diseqs]
+    if len(failing) < 2:
         return False
     reach = _closure(edges)
 
@@ -421,12 +420,8 @@ def needs_solver(edges: Iterable[Edge], diseqs: list[Diseq]) -> bool:
         return a == b or b in reach.get(a, ()) or any(
             (x == a or x in reach.get(a, ())) and (b == y or b in reach.get(y, ())) for x, y in extra)
 
-    n_edges = len(subjects) - len(diseqs)
-    for i, extra in enumerate(subjects):
-        for j, d in enumerate(diseqs):
-            if n_edges + j != i and r(d.u, d.v, extra) and r(d.v, d.u, extra):
-                return True
-    return False
+    return any(d is not own and r(d.u, d.v, extra) and r(d.v, d.u, extra)
+               for extra, own in failing for d in diseqs)
 
 
 def _closure(edges: list[Edge]) -> dict[str, set[str]]:

@@ -39,8 +39,6 @@ bool_bailout(i12, expect=True)
 v0 = var_add(a, b)"""
 
 
-
-
 def add(a, b):
     return a + b
 
