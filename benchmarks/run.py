@@ -25,8 +25,8 @@ import torch  # noqa: E402
 import z3  # noqa: E402
 
 import guardsolve  # noqa: E402
-from guardsolve.concrete import run_concrete  # noqa: E402
 from guardsolve.errors import GuardFailure  # noqa: E402
+from guardsolve.ir.concrete import run_concrete  # noqa: E402
 from workloads import CMP, mixed_comparisons, mixed_guard_graph  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -146,8 +146,8 @@ def bench_mixed(sizes: list[int], repeats: int, greedy_max: int) -> list[dict[st
             t_greedy, greedy_count = timed(lambda: greedy_z3(original, vs), 1)
         else:
             t_greedy, greedy_count = float("nan"), None
-        ctx_var = guardsolve.smt.z3_vars()
-        mine = [guardsolve.smt.formula_to_z3(c.formula, ctx_var) for c in gs]
+        ctx_var = guardsolve.solve.smt.z3_vars()
+        mine = [guardsolve.solve.smt.formula_to_z3(c.formula, ctx_var) for c in gs]
         mine_vars = [ctx_var(f"x{i}") for i in range(n)]
         rows.append({
             "n": n, "bailouts": len(comps), "t_gs": t_gs, "t_pt": t_pt, "t_greedy": t_greedy,

@@ -9,8 +9,8 @@ import operator
 import random
 from typing import Any, Callable, Iterator
 
-from guardsolve.ir import Graph
-from guardsolve.ops import Op
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.ops import Op
 
 CMP: dict[str, Callable[[int, int], bool]] = {
     "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,

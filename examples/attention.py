@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 import guardsolve
-from guardsolve.report import trace_summary
+from guardsolve.cli.report import trace_summary
 
 
 class AttentionBlock(nn.Module):

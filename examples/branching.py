@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 import guardsolve
-from guardsolve.report import trace_summary
+from guardsolve.cli.report import trace_summary
 
 
 def route(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

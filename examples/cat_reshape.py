@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 import guardsolve
-from guardsolve.report import trace_summary
+from guardsolve.cli.report import trace_summary
 
 
 def merge_pairs(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

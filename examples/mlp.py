@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 import guardsolve
-from guardsolve.report import trace_summary
+from guardsolve.cli.report import trace_summary
 
 
 class MLP(nn.Module):

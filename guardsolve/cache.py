@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from guardsolve.errors import GuardFailure
-from guardsolve.guardset import GuardSet
-from guardsolve.replay import compile_replay
-from guardsolve.simplify import simplify
-from guardsolve.tracer import Trace, trace
+from guardsolve.solve.guardset import GuardSet
+from guardsolve.solve.simplify import simplify
+from guardsolve.trace.replay import compile_replay
+from guardsolve.trace.tracer import Trace, trace
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:
-    from guardsolve.ir import Node, SourceLoc
+    from guardsolve.ir.node import Node, SourceLoc
 
 
 class GuardsolveError(Exception):

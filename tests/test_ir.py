@@ -14,9 +14,10 @@ from guardsolve.errors import (
     ArityError, DuplicateNameError, ParseError, TypeMismatchError, UndefinedNameError, UnknownOpError,
     UseBeforeDefinitionError,
 )
-from guardsolve.ir import Graph, Node
-from guardsolve.ops import SPECS, Op
-from guardsolve.randgraph import random_guard_graph
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.node import Node
+from guardsolve.ir.ops import SPECS, Op
+from guardsolve.testing import random_guard_graph
 
 
 

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 import guardsolve
 from guardsolve.errors import InterpretError, UnsatisfiableGuardsError
-from guardsolve.ir import Graph
-from guardsolve.ops import Op
-from guardsolve.randgraph import random_guard_graph
-from guardsolve.smt import graph_to_z3, z3_vars
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.ops import Op
+from guardsolve.solve.smt import graph_to_z3, z3_vars
+from guardsolve.testing import random_guard_graph
 
 graphs = st.builds(
     lambda seed, n, tensors, nonlinear, small: random_guard_graph(
@@ -99,7 +99,7 @@ def test_contradictions_are_reported_exactly(seed: int, n: int) -> None:
 
 
 def _atoms(g: Graph) -> list:
-    from guardsolve.normalize import normalize
+    from guardsolve.guards.normalize import normalize
 
     return [a.formula for a in normalize(guardsolve.guard_graph(g)).atoms]
 
@@ -107,8 +107,8 @@ def _atoms(g: Graph) -> list:
 @given(graphs)
 @settings(max_examples=80, deadline=None)
 def test_smtlib_lowering_means_what_the_api_lowering_means(g: Graph) -> None:
-    from guardsolve import semantics
-    from guardsolve.smt import formula_to_smtlib, formula_to_z3
+    from guardsolve.guards import semantics
+    from guardsolve.solve.smt import formula_to_smtlib, formula_to_z3
 
     ctx = z3.Context()
     var = z3_vars(ctx)
@@ -124,7 +124,7 @@ def test_smtlib_lowering_means_what_the_api_lowering_means(g: Graph) -> None:
 @given(graphs, st.integers(0, 1000))
 @settings(max_examples=80, deadline=None)
 def test_witness_points_break_exactly_one_constraint(g: Graph, seed: int) -> None:
-    from guardsolve.witness import Witnesses
+    from guardsolve.solve.witness import Witnesses
 
     atoms = _atoms(g)
     if not atoms:
@@ -133,7 +133,7 @@ def test_witness_points_break_exactly_one_constraint(g: Graph, seed: int) -> Non
     s = z3.Solver()
     sizes = {d for d in g.meta["trace_dims"] if not d.startswith("n")}
     dims = set().union(*(f.dims() for f in atoms))
-    s.add(*[guardsolve.smt.formula_to_z3(f, var) for f in atoms], *[var(d) >= 0 for d in dims & sizes])
+    s.add(*[guardsolve.solve.smt.formula_to_z3(f, var) for f in atoms], *[var(d) >= 0 for d in dims & sizes])
     if s.check() != z3.sat:
         return
     m = s.model()
@@ -146,7 +146,7 @@ def test_witness_points_break_exactly_one_constraint(g: Graph, seed: int) -> Non
         at = [(var(d), z3.IntVal(v)) for d, v in point.items()]
 
         def holds(f: object) -> bool:  # z3 is the oracle, not the Python evaluator under test
-            return z3.is_true(z3.simplify(z3.substitute(guardsolve.smt.formula_to_z3(f, var), *at)))
+            return z3.is_true(z3.simplify(z3.substitute(guardsolve.solve.smt.formula_to_z3(f, var), *at)))
 
         assert not holds(atoms[i])
         assert all(holds(atoms[j]) for j in active if j != i)

@@ -23,8 +23,8 @@ def guards(*lines: str, dims: str = "a0 a1 b0 b1 c0 x0", ints: str = "") -> Grap
 
 def _compile(text: list[str], asserts: tuple[str, ...]) -> Graph:
     g = Graph.parse("\n".join(text))
-    from guardsolve.expr import rel
-    from guardsolve.tograph import emit_bailout
+    from guardsolve.guards.expr import rel
+    from guardsolve.solve.tograph import emit_bailout
 
     # NOTE: asserts are written `lhs OP rhs` over dims and small ints, or `not (...)`.
     for a in asserts:
@@ -37,13 +37,13 @@ def _compile(text: list[str], asserts: tuple[str, ...]) -> Graph:
                 break
         else:
             raise AssertionError(a)
-        from guardsolve.expr import negate
+        from guardsolve.guards.expr import negate
         emit_bailout(g, f if expect else negate(f))
     return g
 
 
 def _poly(s: str):  # type: ignore[no-untyped-def]
-    from guardsolve.expr import Poly
+    from guardsolve.guards.expr import Poly
 
     total = Poly.const(0)
     for term in s.replace(" - ", " + -").split(" + "):
@@ -233,7 +233,7 @@ def test_tiny_timeout_stays_sound() -> None:
 
 
 def _assert_equivalent(gs: guardsolve.GuardSet) -> None:
-    from guardsolve.smt import graph_to_z3, z3_vars
+    from guardsolve.solve.smt import graph_to_z3, z3_vars
 
     var = z3_vars()
     s = z3.Solver()

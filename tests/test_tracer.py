@@ -9,8 +9,8 @@ import torch
 
 import guardsolve
 from guardsolve.errors import InputMismatchError, InterpretError, MissingRuleError, TraceError
-from guardsolve.interp import RuleTable, interpret
-from guardsolve.ops import Op
+from guardsolve.ir.interp import RuleTable, interpret
+from guardsolve.ir.ops import Op
 
 NOTEBOOK_TRACE = """\
 a = var_placeholder(name=a, rank=1)

@@ -1,0 +1,129 @@
+"""cli: the `guardsolve` command line, a thin argparse front end over the library.
+
+Takes in: a target (`file.py:fn` or `module:fn`) with `--shape`s, or a saved trace. Gives out: a
+report of the minimal guards (`report`: text, json, python, dot; `--dynamic` for torch.export),
+a saved trace in the printed IR (`add.gs` holds `i6 = int_eq(i0, i1)`, `bool_bailout(i6, expect=True)`,
+...), or a check's exit status:
+
+    guardsolve report examples/notebook.py:add --shape a=4 --shape b=4 [--format json] [--dynamic a0]
+    guardsolve trace examples/notebook.py:add --shape a=4 --shape b=4 -o add.gs
+    guardsolve check add.gs --shape a=4 --shape b=8         # exit 0: guards hold, 1: they fail
+
+Errors print one line on stderr and exit with status 2 (`--debug` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from typing import Sequence
+
+from guardsolve.errors import GuardsolveError
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    # NOTE: SUPPRESS keeps a subcommand's default from overriding `guardsolve --debug CMD`.
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show Python tracebacks on errors")
+    common.add_argument("--timeout-ms", type=int, default=5000, help="per solver call (default 5000)")
+
+    target = argparse.ArgumentParser(add_help=False)
+    target.add_argument("target", help="path/to/script.py:fn, package.module:fn (a function, or an nn.Module "
+                                       "class or factory called with no arguments), or a saved graph file")
+    target.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                        help="example tensor shape for a parameter (repeat per parameter)")
+    target.add_argument("--int", action="append", default=[], metavar="NAME=V", help="example int argument")
+    target.add_argument("--dtype", default="float32", help="dtype of example tensors (default float32)")
+
+    p = argparse.ArgumentParser(prog="guardsolve", description="Minimal, exact guards for traced PyTorch programs.")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("report", parents=[common, target], help="the minimal guards and where each came from")
+    r.add_argument("--format", choices=["text", "json", "python", "dot"], default="text")
+    r.add_argument("-o", "--output", help="write the report here (for dot: .svg/.png/.pdf render with Graphviz)")
+    r.add_argument("--verify", action="store_true", help="prove equivalence and irredundancy with z3")
+    r.add_argument("--dynamic", action="append", default=[], metavar="DIM",
+                   help="a dim that should stay free: report the guards that constrain it, with fixes")
+    t = sub.add_parser("trace", parents=[common, target], help="save the tensor trace in the text format")
+    t.add_argument("-o", "--output", help="file to write (default: stdout)")
+    c = sub.add_parser("check", parents=[common, target],
+                       help="do new sizes satisfy the guards? exit 0 if they do, 1 if not")
+    c.add_argument("--dims", action="append", default=[], metavar="a0=4,b0=8", help="explicit dim values")
+    c.add_argument("--at", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="new tensor shape to check (for a saved tensor trace, --shape means the same)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"report": _report, "trace": _trace, "check": _check}[args.command](args)
+    except GuardsolveError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"guardsolve: error: {e}".splitlines()[0], file=sys.stderr)
+        return 2
+
+
+def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from guardsolve.cli.targets import load
+
+    return load(args.target, args.shape, args.int, args.dtype)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from guardsolve.cli.report import ReportInfo, dot_report, json_report, text_report
+    from guardsolve.cli.targets import render_dot, write_output
+    from guardsolve.solve.simplify import simplify
+
+    loaded = _load(args)
+    t0 = time.perf_counter()
+    gs = simplify(loaded.graph, timeout_ms=args.timeout_ms)
+    seconds = time.perf_counter() - t0
+    if args.verify:
+        gs.verify(timeout_ms=args.timeout_ms)
+    gs.violations(args.dynamic)  # NOTE: validates the dim names before any output
+    info = ReportInfo(loaded.target, loaded.inputs, loaded.graph, seconds, args.verify, args.dynamic)
+    if args.format == "dot":
+        text = dot_report(gs)
+        if args.output and not args.output.endswith(".dot"):
+            render_dot(text, args.output)
+            return 0
+    else:
+        text = {"text": text_report, "json": json_report}[args.format](gs, info) if args.format != "python" \
+            else gs.source()
+    write_output(text, args.output)
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from guardsolve.cli.targets import write_output
+
+    loaded = _load(args)
+    write_output(str(loaded.graph), args.output)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from guardsolve.cli.targets import new_dims
+    from guardsolve.solve.simplify import simplify
+
+    loaded = _load(args)
+    gs = simplify(loaded.graph, timeout_ms=args.timeout_ms)
+    shapes = args.at + (args.shape if loaded.from_file else [])
+    dims = new_dims(gs, args.dims, shapes)
+    failed = gs.first_failure(dims)
+    if failed is None:
+        print(f"ok: all {len(gs)} guards hold")
+        return 0
+    values = ", ".join(f"{d}={dims[d]}" for d in failed.dims)
+    where = f" — {gs._origin(min(failed.prov))}" if failed.prov else ""
+    print(f"guard failed: {failed.text} ({values}){where}")
+    return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

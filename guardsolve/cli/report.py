@@ -1,0 +1,161 @@
+"""Reports of a GuardSet: text (header + each guard with its source lines), JSON, Graphviz DOT.
+
+JSON schema (`version` 1): see README.md, "JSON report".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from guardsolve.ir.graph import Graph
+from guardsolve.solve.guardset import GuardSet
+
+JSON_VERSION = 1
+
+
+@dataclass
+class ReportInfo:
+    """What a report says besides the guards: where they came from and how they were made."""
+
+    target: str
+    inputs: str
+    trace: Graph
+    seconds: float
+    verified: bool
+    dynamic: Sequence[str] = ()
+
+
+def _sources(gs: GuardSet, nodes: Sequence[int]) -> list[dict[str, Any]]:
+    out = []
+    for i in sorted(nodes):
+        n = gs.graph.nodes[i]
+        loc = n.meta.get("loc")
+        out.append({
+            "bailout": gs._describe(i),
+            "file": loc.short_file if loc else None,
+            "line": loc.line if loc else n.meta.get("trace_line", n.meta.get("line")),
+            "code": loc.code if loc else (str(n.meta["trace_node"]) if "trace_node" in n.meta else None),
+        })
+    return out
+
+
+def json_report(gs: GuardSet, info: ReportInfo) -> str:
+    """Machine-readable report (schema version 1)."""
+    doc: dict[str, Any] = {
+        "version": JSON_VERSION,
+        "target": info.target,
+        "inputs": info.inputs,
+        "trace_nodes": len(info.trace),
+        "guard_nodes": len(gs.graph),
+        "bailouts": len(gs.graph.bailouts()),
+        "minimal": gs.minimal,
+        "verified": info.verified,
+        "seconds": round(info.seconds, 6),
+        "guards": [{"guard": c.text, "kind": c.kind, "dims": list(c.dims), "sources": _sources(gs, list(c.prov))}
+                   for c in gs],
+        "implied": _sources(gs, sorted(gs.implied - set(gs.tautologies))),
+        "always_true": _sources(gs, list(gs.tautologies)),
+        "value_guards": _sources(gs, list(gs.value_guards)),
+        "undecided": list(gs.undecided),
+    }
+    if info.dynamic:
+        doc["dynamic"] = {
+            "dims": list(info.dynamic),
+            "violations": [{"guard": v.constraint.text, "dim": v.dim, "kind": v.kind, "suggestion": v.suggestion}
+                           for v in gs.violations(info.dynamic)],
+            "dynamic_shapes": gs.export_spec(info.dynamic).source if gs.signature is not None else None,
+        }
+    return json.dumps(doc, indent=2)
+
+
+def text_report(gs: GuardSet, info: ReportInfo) -> str:
+    """
+    >>> import torch, guardsolve
+    >>> t = guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4))
+    >>> gs = guardsolve.simplify(t)
+    >>> print(text_report(gs, ReportInfo("demo", "a=[4], b=[4]", t.graph, 0.01, False)).splitlines()[2])
+    trace: 24 nodes; 5 bailouts -> 2 minimal guards
+    """
+    lines = [
+        f"target: {info.target}",
+        f"inputs: {info.inputs}",
+        f"trace: {len(info.trace)} nodes; {len(gs.graph.bailouts())} bailouts -> {len(gs)} minimal guards",
+        f"minimal (irredundant): {'proved' if gs.minimal else 'not proved (solver undecided)'}; "
+        f"equivalence and minimality verified by z3: {'yes' if info.verified else 'no (use --verify)'}; "
+        f"simplified in {info.seconds * 1000:.1f} ms",
+        "",
+    ]
+    if not len(gs):
+        lines.append("(no guards: every input of these ranks is accepted)")
+    for c in gs:
+        lines.append(c.text)
+        seen: set[str] = set()
+        for i in sorted(c.prov):
+            origin = gs._origin(i)
+            if origin not in seen:
+                seen.add(origin)
+                lines.append(f"    {origin}")
+    for i in gs.value_guards:
+        lines.append(f"not checkable from shapes alone: {gs._describe(i)}  at {gs._origin(i)}")
+    for u in gs.undecided:
+        lines.append(f"note: {u}")
+    if info.dynamic:
+        lines += ["", f"# declared dynamic: {', '.join(info.dynamic)}"]
+        found = gs.violations(info.dynamic)
+        lines += [f"violation: {v}" for v in found] or ["no guard constrains them"]
+        if gs.signature is not None:
+            lines += ["", "# dynamic_shapes for torch.export.export", gs.export_spec(info.dynamic).source]
+    return "\n".join(lines)
+
+
+def dot_report(gs: GuardSet) -> str:
+    """Graphviz DOT: dims are nodes, equality classes clusters, other relations edges."""
+    q = json.dumps
+    lines = ["digraph guards {", "  rankdir=LR;", "  node [shape=ellipse, fontname=monospace];",
+             "  edge [fontname=monospace];"]
+    classes: dict[str, list[str]] = {}
+    consts: set[int] = set()
+    edges: list[str] = []
+    for c in gs:
+        if c.kind == "eq" and len(c.dims) == 2:
+            classes.setdefault(c.dims[0], [c.dims[0]]).append(c.dims[1])
+        elif len(c.dims) == 1 and c.kind != "general":
+            value = int(c.text.rsplit(" ", 1)[1])
+            consts.add(value)
+            op = c.text.split(" ")[1]
+            edges.append(f"  {q(c.dims[0])} -> {q(f'c{value}')} [label={q(op)}];")
+        elif c.kind in ("order", "ne") and len(c.dims) == 2:
+            attrs = "style=dashed, dir=none" if c.kind == "ne" else ""
+            edges.append(f"  {q(c.dims[0])} -> {q(c.dims[1])} [label={q(c.text)}{', ' if attrs else ''}{attrs}];")
+        else:
+            node = f"g{len(edges)}"
+            edges.append(f"  {q(node)} [shape=note, label={q(c.text)}];")
+            edges += [f"  {q(node)} -> {q(d)} [dir=none, style=dotted];" for d in c.dims]
+    for k, (rep, members) in enumerate(classes.items()):
+        lines.append(f"  subgraph cluster_{k} {{ label={q(rep + ' class')}; style=rounded; "
+                     + " ".join(q(m) + ";" for m in dict.fromkeys(members)) + " }")
+    lines += [f"  {q(d)};" for d in gs.dims]
+    lines += [f"  {q(f'c{v}')} [shape=box, label={q(str(v))}];" for v in sorted(consts)]
+    lines += edges
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def trace_summary(t: Any, gs: GuardSet) -> str:
+    """What every example prints: trace size, raw bailouts, minimal guards, their explanation."""
+    nodes = len(t.graph)
+    tensor_ops = sum(1 for n in t.graph if n.op.value.startswith("var_") and n.op.value not in
+                     ("var_placeholder", "var_param", "var_size"))
+    lines = [
+        f"trace: {nodes} nodes ({tensor_ops} tensor ops, {len(t.constants)} constants)",
+        f"bailouts: {len(t.graph.bailouts())} raw -> {len(gs)} minimal guards",
+        "",
+        "# minimal guards",
+        str(gs) if len(gs) else "(none: any input of these ranks is accepted)",
+        "",
+        "# where each guard came from",
+        gs.explain(),
+    ]
+    return "\n".join(lines)

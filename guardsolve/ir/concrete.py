@@ -1,0 +1,128 @@
+"""The concrete interpretation: re-run a trace (or a guard graph) on real values.
+
+A bailout whose value differs from the one recorded raises `GuardFailure`, naming the
+bailout and the user source line:
+
+>>> from guardsolve.ir.graph import Graph
+>>> g = Graph.parse("a0 = int_placeholder(name=a0)\\nb0 = int_placeholder(name=b0)\\n"
+...                 "i0 = int_eq(a0, b0)\\nbool_bailout(i0, expect=True)")
+>>> run_concrete(g, {"a0": 4, "b0": 8})
+Traceback (most recent call last):
+...
+guardsolve.errors.GuardFailure: guard failed: `bool_bailout(i0, expect=True)` expected True, got False
+"""
+
+from __future__ import annotations
+
+import operator
+from functools import partial
+from typing import Any, Callable, Mapping
+
+import torch
+
+from guardsolve.errors import GuardFailure, InputMismatchError
+from guardsolve.ir import kernels
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.interp import RuleTable, interpret
+from guardsolve.ir.ops import Op
+
+INT_RULES: Mapping[Op, Callable[..., Any]] = {
+    Op.INT_CONST: lambda *, val: val,
+    Op.BOOL_CONST: lambda *, val: val,
+    Op.INT_ADD: operator.add,
+    Op.INT_SUB: operator.sub,
+    Op.INT_MUL: operator.mul,
+    Op.INT_FLOORDIV: operator.floordiv,  # NOTE: Python semantics; see guardsolve.guards.semantics.
+    Op.INT_MOD: operator.mod,
+    Op.INT_EQ: operator.eq,
+    Op.INT_NE: operator.ne,
+    Op.INT_LT: operator.lt,
+    Op.INT_LE: operator.le,
+    Op.INT_GT: operator.gt,
+    Op.INT_GE: operator.ge,
+    Op.BOOL_NOT: operator.not_,
+    Op.BOOL_AND: lambda a, b: a and b,
+    Op.BOOL_OR: lambda a, b: a or b,
+    Op.SIZE_INDEX: lambda s, *, index: s[index],
+    Op.SIZE_CTOR: lambda *dims: tuple(dims),
+}
+
+
+def _bailout(b: bool, *, expect: bool) -> None:
+    if b != expect:
+        raise GuardFailure(expect)
+
+
+# NOTE: trace prims do not broadcast; the trace made every expand explicit.
+TENSOR_RULES: Mapping[Op, Callable[..., Any]] = {
+    Op.VAR_ADD: partial(kernels.binary, fn="add"),
+    Op.VAR_SUB: partial(kernels.binary, fn="sub"),
+    Op.VAR_MUL: partial(kernels.binary, fn="mul"),
+    Op.VAR_DIV: partial(kernels.binary, fn="div"),
+    Op.VAR_BINARY: kernels.binary,
+    Op.VAR_UNARY: kernels.unary,
+    Op.VAR_SCALAR: kernels.scalar,
+    Op.VAR_WHERE: kernels.where,
+    Op.VAR_REDUCE: kernels.reduce,
+    Op.VAR_SOFTMAX: kernels.softmax,
+    Op.VAR_MATMUL: kernels.matmul,
+    Op.VAR_RESHAPE: kernels.reshape,
+    Op.VAR_PERMUTE: kernels.permute,
+    Op.VAR_CAT: kernels.cat,
+    Op.VAR_SLICE: kernels.slice_,
+    Op.VAR_SELECT: kernels.select,
+    Op.VAR_CONV2D: kernels.conv2d,
+    Op.VAR_LAYER_NORM: kernels.layer_norm,
+    Op.VAR_EMBEDDING: kernels.embedding,
+    Op.VAR_EXPAND: kernels.expand,
+    Op.VAR_SIZE: lambda a: tuple(a.shape),
+    Op.VAR_TO_BOOL: kernels.to_bool,
+}
+
+
+def concrete_rules(inputs: Mapping[str, Any]) -> RuleTable:
+    """Rules over real values; `inputs` maps placeholder names to tensors and ints."""
+
+    def lookup(name: str) -> Any:
+        if name not in inputs:
+            raise InputMismatchError(f"no value given for input {name!r}")
+        return inputs[name]
+
+    def var_placeholder(*, name: str, rank: int) -> torch.Tensor:
+        t = lookup(name)
+        if not isinstance(t, torch.Tensor) or t.dim() != rank:
+            got = f"rank {t.dim()}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise InputMismatchError(f"input {name!r} must be a rank-{rank} tensor, got {got}")
+        return t
+
+    def var_param(*, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        t = lookup(name)
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
+            raise InputMismatchError(f"constant {name!r} must be a tensor of shape {list(shape)}")
+        return t
+
+    return RuleTable("concrete", {
+        **INT_RULES,
+        **TENSOR_RULES,
+        Op.BOOL_BAILOUT: _bailout,
+        Op.INT_PLACEHOLDER: lambda *, name: lookup(name),
+        Op.INT_ARG: lambda *, name: lookup(name),
+        Op.VAR_PLACEHOLDER: var_placeholder,
+        Op.VAR_PARAM: var_param,
+        Op.BOOL_OPAQUE: lambda *, name: lookup(name),
+    })
+
+
+def run_concrete(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Interpret `graph` on `inputs`; raises `GuardFailure` at the first failing bailout."""
+    return interpret(graph, concrete_rules(inputs))
+
+
+def run_trace(graph: Graph, *args: Any, constants: Mapping[str, Any] | None = None) -> Any:
+    """Re-execute a tensor trace on new positional inputs; return its last value."""
+    names = [n.params["name"] for n in graph.placeholders()]
+    if len(args) != len(names):
+        raise InputMismatchError(f"the trace takes {len(names)} inputs ({', '.join(names)}), got {len(args)}")
+    env = run_concrete(graph, {**(constants or {}), **dict(zip(names, args))})
+    last = [n for n in graph.nodes if n.outputs]
+    return env[last[-1].outputs[0]] if last else None

@@ -1,0 +1,165 @@
+"""The ANF IR: `Graph`, an ordered list of `Node`s, its text form, and validation against the op table.
+
+>>> g = Graph()
+>>> a = g.emit(Op.INT_PLACEHOLDER, (), name="a0")
+>>> one = g.emit(Op.INT_CONST, (), val=1)
+>>> g.emit(Op.BOOL_BAILOUT, (g.emit(Op.INT_EQ, (a, one)),), expect=False)
+>>> print(g)
+a0 = int_placeholder(name=a0)
+i0 = int_const(val=1)
+i1 = int_eq(a0, i0)
+bool_bailout(i1, expect=False)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+from guardsolve.errors import (
+    ArityError, DuplicateNameError, TypeMismatchError, UndefinedNameError, UnknownOpError,
+    UseBeforeDefinitionError,
+)
+from guardsolve.ir.node import Node
+from guardsolve.ir.ops import SPECS, Ints, Number, Op, Type
+from guardsolve.ir.parse import parse_nodes
+
+# NOTE: the prefix of fresh names by result type follows the notebook: bools share `i` with ints.
+PREFIX: Mapping[Type, str] = {Type.BOOL: "i", Type.INT: "i", Type.SIZE: "s", Type.TENSOR: "v"}
+
+
+class Graph:
+    """An ordered list of nodes that owns its name supply (no global counters)."""
+
+    def __init__(self, nodes: list[Node] | None = None, meta: dict[str, Any] | None = None):
+        self.nodes: list[Node] = []
+        self.meta: dict[str, Any] = dict(meta or {})
+        self._used: set[str] = set()
+        self._counters: dict[str, int] = {}
+        for n in nodes or []:
+            self.append(n)
+
+    # -- building ---------------------------------------------------------------
+
+    def fresh(self, prefix: str) -> str:
+        """A name `prefix<N>` not yet used in this graph."""
+        n = self._counters.get(prefix, 0)
+        while f"{prefix}{n}" in self._used:
+            n += 1
+        self._counters[prefix] = n + 1
+        return f"{prefix}{n}"
+
+    def append(self, node: Node) -> Node:
+        self.nodes.append(node)
+        self._used.update(node.outputs)
+        return node
+
+    def emit(self, op: Op, inputs: tuple[str, ...] | list[str], *, out: str | None = None,
+             meta: dict[str, Any] | None = None, **params: Any) -> Any:
+        """Append `op(inputs, params)` and return its output name (None for a bailout)."""
+        spec = SPECS[op]
+        outputs: tuple[str, ...] = ()
+        if spec.result is not None:
+            if out is None:
+                out = params.get("name") if op in (Op.VAR_PLACEHOLDER, Op.INT_PLACEHOLDER, Op.INT_ARG) else None
+                out = out or self.fresh(PREFIX[spec.result])
+            outputs = (out,)
+        self.append(Node(op, tuple(inputs), outputs, params, dict(meta or {})))
+        return outputs[0] if outputs else None
+
+    # -- reading ----------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __str__(self) -> str:
+        return "\n".join(str(n) for n in self.nodes)
+
+    def __repr__(self) -> str:
+        return f"<Graph of {len(self.nodes)} nodes>"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Graph):
+            return NotImplemented
+        return self.nodes == other.nodes
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def bailouts(self) -> list[Node]:
+        return [n for n in self.nodes if n.op is Op.BOOL_BAILOUT]
+
+    def placeholders(self) -> list[Node]:
+        return [n for n in self.nodes if n.op in (Op.VAR_PLACEHOLDER, Op.INT_PLACEHOLDER, Op.INT_ARG)]
+
+    @classmethod
+    def parse(cls, text: str) -> "Graph":
+        """Read the text format back; `Graph.parse(str(g)) == g`."""
+        g = Graph()
+        for node in parse_nodes(text):
+            g.append(node)
+        return g
+
+    # -- checking ---------------------------------------------------------------
+
+    def validate(self) -> dict[str, Type]:
+        """Check every node against the op table; return the type of every name.
+
+        Raises a `GraphError` subclass naming the node at fault.
+        """
+        defined_at: dict[str, int] = {}
+        for i, n in enumerate(self.nodes):
+            for o in n.outputs:
+                if o in defined_at:
+                    raise DuplicateNameError(f"name {o!r} is already defined by node {defined_at[o]}", n, i)
+                defined_at[o] = i
+        types: dict[str, Type] = {}
+        for i, n in enumerate(self.nodes):
+            types.update(_check_node(n, i, types, defined_at))
+        return types
+
+
+_PARAM_NAMES = {bool: "a bool", int: "an int", str: "a name", Ints: "a list of ints", Number: "a number"}
+
+
+def _param_ok(v: Any, t: type) -> bool:
+    if t is Ints:
+        return isinstance(v, tuple) and all(type(x) is int for x in v)
+    if t is Number:
+        return type(v) in (int, float)
+    if t is str:
+        return isinstance(v, str) and v.isidentifier()
+    return type(v) is t
+
+
+def _check_node(n: Node, i: int, types: Mapping[str, Type], defined_at: Mapping[str, int]) -> dict[str, Type]:
+    if not isinstance(n.op, Op):
+        raise UnknownOpError(f"unknown op {n.op!r}", n, i)
+    spec = SPECS[n.op]
+    fixed = len(spec.inputs)
+    if len(n.inputs) != fixed and not (spec.variadic is not None and len(n.inputs) >= fixed):
+        want = f"at least {fixed}" if spec.variadic is not None else str(fixed)
+        raise ArityError(f"{n.op} takes {want} inputs, got {len(n.inputs)}", n, i)
+    if set(n.params) != set(spec.params):
+        raise ArityError(f"{n.op} takes params {sorted(spec.params)}, got {sorted(n.params)}", n, i)
+    for k, t in spec.params.items():
+        v = n.params[k]
+        if not _param_ok(v, t):
+            raise TypeMismatchError(f"param {k}={v!r} should be {_PARAM_NAMES.get(t, t.__name__)}", n, i)
+        allowed = spec.choices.get(k)
+        if allowed is not None and v not in allowed:
+            raise TypeMismatchError(f"param {k}={v!r} is not one of {', '.join(sorted(allowed))}", n, i)
+    want_out = 0 if spec.result is None else 1
+    if len(n.outputs) != want_out:
+        raise ArityError(f"{n.op} has {want_out} outputs, got {len(n.outputs)}", n, i)
+    for pos, name in enumerate(n.inputs):
+        if name not in types:
+            if name in defined_at:
+                raise UseBeforeDefinitionError(f"{name!r} is used before node {defined_at[name]} defines it", n, i)
+            raise UndefinedNameError(f"{name!r} is not defined", n, i)
+        typ = spec.inputs[pos] if pos < fixed else spec.variadic
+        if types[name] is not typ:
+            expected = typ.value if typ is not None else "?"
+            raise TypeMismatchError(f"input {pos} ({name}) should be {expected}, found {types[name].value}", n, i)
+    return {o: spec.result for o in n.outputs} if spec.result is not None else {}

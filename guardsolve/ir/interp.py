@@ -1,0 +1,61 @@
+"""One walker, many rule tables: `interpret(graph, table, env)`.
+
+A rule table maps each `Op` to a function `rule(*inputs, **params)`; the walker feeds it the
+values of the node's inputs and binds the result to the node's output.
+
+>>> from guardsolve.ir.graph import Graph
+>>> g = Graph.parse("x = int_arg(name=x)\\ni0 = int_const(val=2)\\ni1 = int_mul(x, i0)")
+>>> table = RuleTable("demo", {Op.INT_ARG: lambda *, name: 21, Op.INT_CONST: lambda *, val: val,
+...                            Op.INT_MUL: lambda a, b: a * b})
+>>> interpret(g, table)["i1"]
+42
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from guardsolve.errors import GuardFailure, GuardsolveError, InterpretError, MissingRuleError
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.node import Node
+from guardsolve.ir.ops import Op
+
+
+@dataclass(frozen=True)
+class RuleTable:
+    """A named table of rules; `enter`, if given, sees each node before its rule runs."""
+
+    name: str
+    rules: Mapping[Op, Callable[..., Any]]
+    enter: Callable[[Node], None] | None = None
+
+
+def interpret(graph: Graph, table: RuleTable, env: dict[str, Any] | None = None,
+              *, validate: bool = True) -> dict[str, Any]:
+    """Run `table` over `graph` in order; return the environment of every named value."""
+    if validate:
+        graph.validate()
+    env = {} if env is None else env
+    rules = table.rules
+    for i, node in enumerate(graph.nodes):
+        rule = rules.get(node.op)
+        if rule is None:
+            raise MissingRuleError(str(node.op), table.name, node)
+        if table.enter is not None:
+            table.enter(node)
+        try:
+            out = rule(*[env[name] for name in node.inputs], **node.params)
+        except GuardFailure as e:
+            raise e.at(node) from None
+        except GuardsolveError:
+            raise
+        except Exception as e:
+            loc = node.meta.get("loc")
+            at = f" ({loc})" if loc is not None else ""
+            raise InterpretError(
+                f"{table.name} rule failed while executing node {i} `{node}`{at}: {type(e).__name__}: {e}"
+            ) from e
+        if node.outputs:
+            env[node.outputs[0]] = out
+    return env

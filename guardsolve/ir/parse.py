@@ -1,0 +1,148 @@
+"""Parser for the graph text format: one node per line, `out = op(in, ..., key=value)`.
+
+>>> nodes = list(parse_nodes("a0 = int_placeholder(name=a0)\\ni0 = int_const(val=1)\\ni1 = int_eq(a0, i0)"))
+>>> print(nodes[2])
+i1 = int_eq(a0, i0)
+
+Blank lines and `#` comments are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator
+
+from guardsolve.errors import ParseError
+from guardsolve.ir.node import Node
+from guardsolve.ir.ops import SPECS, Ints, Number, lookup
+
+_TOKEN = re.compile(
+    r"\s*(?:(?P<float>-?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|inf|nan))"
+    r"|(?P<int>-?\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<punct>[=(),\[\]]))")
+
+
+_ENFORCED = frozenset({"name", "int", "=", "(", ")", ",", "[", "]"})
+
+
+class _Line:
+    """A cursor over one line, producing tokens with their column."""
+
+    def __init__(self, text: str, lineno: int):
+        self.text, self.lineno, self.pos = text, lineno, 0
+
+    def error(self, msg: str, col: int | None = None) -> ParseError:
+        return ParseError(msg, self.lineno, (self.pos if col is None else col) + 1, self.text)
+
+    def peek(self) -> tuple[str, str, int] | None:
+        m = _TOKEN.match(self.text, self.pos)
+        if m is None:
+            rest = self.text[self.pos:]
+            if rest.strip() == "":
+                return None
+            col = self.pos + len(rest) - len(rest.lstrip())
+            raise self.error(f"unexpected character {self.text[col]!r}", col)
+        kind = m.lastgroup
+        assert kind is not None
+        return kind, m.group(kind), m.start(kind)
+
+    def next(self, expect: str | None = None) -> tuple[str, str, int]:
+        tok = self.peek()
+        if tok is None:
+            raise self.error(f"unexpected end of line, expected {expect or 'more'}", len(self.text))
+        kind, val, col = tok
+        if expect in _ENFORCED and expect not in (kind, val):
+            raise self.error(f"expected {expect!r}, found {val!r}", col)
+        self.pos = _TOKEN.match(self.text, self.pos).end()  # type: ignore[union-attr]
+        return tok
+
+
+def parse_nodes(text: str) -> Iterator[Node]:
+    """Parse graph text line by line (`Graph.parse` collects the nodes); raises `ParseError`
+    with line and column on malformed input."""
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0]
+        if line.strip():
+            yield _parse_line(_Line(line, lineno))
+
+
+def _parse_line(cur: _Line) -> Node:
+    outputs: tuple[str, ...] = ()
+    kind, word, col = cur.next("name")
+    if kind != "name":
+        raise cur.error(f"expected a name, found {word!r}", col)
+    tok = cur.peek()
+    if tok is not None and tok[1] == "=":
+        cur.next("=")
+        outputs = (word,)
+        kind, word, col = cur.next("name")
+        if kind != "name":
+            raise cur.error(f"expected an op name, found {word!r}", col)
+    op = lookup(word)
+    if op is None:
+        raise cur.error(f"unknown op {word!r}", col)
+    spec = SPECS[op]
+    cur.next("(")
+    inputs: list[str] = []
+    params: dict[str, Any] = {}
+    if cur.peek() is not None and cur.peek()[1] == ")":  # type: ignore[index]
+        cur.next(")")
+    else:
+        while True:
+            kind, word, col = cur.next("an argument")
+            if kind != "name":
+                raise cur.error(f"expected an argument name, found {word!r}", col)
+            nxt = cur.peek()
+            if nxt is not None and nxt[1] == "=":
+                cur.next("=")
+                if word not in spec.params:
+                    raise cur.error(f"{op} has no param {word!r}", col)
+                if word in params:
+                    raise cur.error(f"param {word!r} given twice", col)
+                params[word] = _param_value(cur, spec.params[word])
+            elif params:
+                raise cur.error("positional input after a param", col)
+            else:
+                inputs.append(word)
+            _, sep, col = cur.next("',' or ')'")
+            if sep == ")":
+                break
+            if sep != ",":
+                raise cur.error(f"expected ',' or ')', found {sep!r}", col)
+    extra = cur.peek()
+    if extra is not None:
+        raise cur.error(f"unexpected {extra[1]!r} after the closing parenthesis", extra[2])
+    return Node(op, tuple(inputs), outputs, params, {"line": cur.lineno})
+
+
+def _param_value(cur: _Line, t: type) -> Any:
+    if t is Ints:
+        cur.next("[")
+        items: list[int] = []
+        while True:
+            kind, word, col = cur.next("an integer or ']'")
+            if word == "]" and not items:
+                return tuple(items)
+            if kind != "int":
+                raise cur.error(f"expected an integer, found {word!r}", col)
+            items.append(int(word))
+            _, sep, col = cur.next("',' or ']'")
+            if sep == "]":
+                return tuple(items)
+            if sep != ",":
+                raise cur.error(f"expected ',' or ']', found {sep!r}", col)
+    kind, word, col = cur.next("a value")
+    if t is Number:
+        if kind not in ("int", "float") and word not in ("inf", "nan"):
+            raise cur.error(f"expected a number, found {word!r}", col)
+        return int(word) if kind == "int" else float(word)
+    if t is bool:
+        if word not in ("True", "False"):
+            raise cur.error(f"expected True or False, found {word!r}", col)
+        return word == "True"
+    if t is int:
+        if kind != "int":
+            raise cur.error(f"expected an integer, found {word!r}", col)
+        return int(word)
+    if kind != "name":
+        raise cur.error(f"expected a name, found {word!r}", col)
+    return word

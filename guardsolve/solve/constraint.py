@@ -1,0 +1,127 @@
+"""Minimal constraints and how they print: each `str(c)` is a Python expression over dims.
+
+>>> order = DimOrder(["a0", "b0", "x0"])
+>>> print(render_eq(order, "b0", "a0", 3), render_order(order, "b0", "a0", -1), render_ne(order, Z, "a0", 1), sep=" | ")
+b0 == a0 + 3 | a0 < b0 | a0 != 1
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from guardsolve.guards.expr import Atom, Formula, Or, Poly, Rel, Const
+from guardsolve.solve.order import Z
+
+KIND_RANK = {"eq": 0, "order": 1, "ne": 2, "general": 3}
+
+
+class DimOrder:
+    """The canonical order of dims: input order, then dim index."""
+
+    def __init__(self, dims: list[str]):
+        self.rank = {d: i for i, d in enumerate(dims)}
+
+    def key(self, a: Atom) -> tuple:
+        if isinstance(a, str):
+            return (0, self.rank.get(a, len(self.rank)), a)
+        return (1, a.render(self.key))
+
+    def first(self, x: str, y: str) -> bool:
+        return self.key(x) <= self.key(y)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """One minimal guard: its kind, its formula over dims, its text and the nodes it stands for."""
+
+    kind: str  # eq | order | ne | general
+    formula: Formula
+    text: str
+    prov: frozenset[int]
+    dims: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return self.text
+
+    def sort_key(self, order: DimOrder) -> tuple:
+        return (KIND_RANK[self.kind], [order.key(d) for d in self.dims], self.text)
+
+
+def _plus(name: str, k: int) -> str:
+    return name if k == 0 else (f"{name} + {k}" if k > 0 else f"{name} - {-k}")
+
+
+def render_eq(order: DimOrder, x: str, r: str, k: int) -> str:
+    """`x == r + k` with r the earlier dim (printed `r == x` when k is 0)."""
+    return f"{r} == {x}" if k == 0 else f"{x} == {_plus(r, k)}"
+
+
+def render_ne(order: DimOrder, u: str, v: str, k: int) -> str:
+    """`v - u != k`."""
+    if u == Z:
+        return f"{v} != {k}"
+    if v == Z:
+        return f"{u} != {-k}"
+    if k == 0:
+        p, q = (u, v) if order.first(u, v) else (v, u)
+        return f"{p} != {q}"
+    if order.first(u, v):  # later v: v != u + k
+        return f"{v} != {_plus(u, k)}"
+    return f"{u} != {_plus(v, -k)}"
+
+
+def render_order(order: DimOrder, u: str, v: str, w: int) -> str:
+    """`v - u <= w`, the earlier dim on the left."""
+    if u == Z:
+        return f"{v} <= {w}"
+    if v == Z:
+        return f"{u} >= {-w}"
+    if order.first(v, u):  # v <= u + w
+        return f"{v} < {u}" if w == -1 else f"{v} <= {_plus(u, w)}"
+    # u >= v - w
+    return f"{u} > {v}" if w == -1 else f"{u} >= {_plus(v, -w)}"
+
+
+def render_formula(f: Formula, order: DimOrder) -> str:
+    """Any normalized formula as Python source: `a0*a1 == b0`, `x0 % 8 == 0`, `(a) or (b)`."""
+    if isinstance(f, Const):
+        return str(f.value)
+    if isinstance(f, Rel):
+        return _render_rel(f, order.key)
+    parts = sorted(render_formula(a, order) for a in f.args)
+    sep = " or " if isinstance(f, Or) else " and "
+    return sep.join(f"({p})" for p in parts)
+
+
+def _side(terms: dict, const: int, key: Callable[[Atom], tuple]) -> str:
+    if const:
+        terms = {**terms, (): const}
+    if not terms:
+        return "0"
+    if len(terms) == 1:
+        (m, c), = terms.items()
+        if c == 1 and len(m) == 1 and not isinstance(m[0], str):
+            return m[0].render(key)  # a lone division needs no parentheses
+    return Poly.of(terms).render(key)
+
+
+def _render_rel(r: Rel, key: Callable[[Atom], tuple]) -> str:
+    p = r.poly
+    pos = {m: c for m, c in p.nonconst().items() if c > 0}
+    neg = {m: -c for m, c in p.nonconst().items() if c < 0}
+    k = p.constant
+    if r.op in ("eq", "ne"):
+        sym = "==" if r.op == "eq" else "!="
+        first = min((a for m in p.nonconst() for a in m), key=key, default=None)
+        if not pos or (neg and any(first in m for m in neg)):
+            pos, neg, k = neg, pos, -k
+        return f"{_side(pos, 0, key)} {sym} {_side(neg, -k, key)}"
+    if not pos:  # k <= N reads better as N >= k
+        return f"{_side(neg, 0, key)} >= {k}"
+    if k == 1:
+        return f"{_side(pos, 0, key)} < {_side(neg, 0, key)}"
+    if k > 0:
+        return f"{_side(pos, k, key)} <= {_side(neg, 0, key)}"
+    return f"{_side(pos, 0, key)} <= {_side(neg, -k, key)}"
+

@@ -1,0 +1,302 @@
+"""`GuardSet`: the minimal constraints of a trace, with provenance, a compiled check and proofs.
+
+>>> import torch, guardsolve
+>>> gs = guardsolve.simplify(guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4)).graph)
+>>> print(gs)
+a0 == b0
+a0 != 1
+>>> gs.check(torch.ones(3), torch.ones(3)), gs.check_dims({"a0": 4, "b0": 8})
+(True, False)
+"""
+
+from __future__ import annotations
+
+import functools
+import linecache
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import z3
+
+from guardsolve.errors import InputMismatchError, VerificationError
+from guardsolve.guards.expr import Div
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.signature import Param
+from guardsolve.solve.codegen import check_dims_source, check_source, compile_function
+from guardsolve.solve.constraint import Constraint
+from guardsolve.solve.smt import formula_to_z3, graph_to_z3, z3_vars
+
+
+@dataclass
+class Certificate:
+    """What `verify()` proved: equivalence both ways and, per constraint, a witness of irredundancy."""
+
+    equivalent: bool
+    irredundant: bool
+    witnesses: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        lines = [f"equivalent to the original bailouts (z3, both directions): {self.equivalent}",
+                 f"every constraint irredundant (z3): {self.irredundant}"]
+        for c, w in self.witnesses.items():
+            lines.append(f"  {c}: fails alone at " + ", ".join(f"{k}={v}" for k, v in sorted(w.items())))
+        return "\n".join(lines)
+
+
+def _has_division(c: Constraint) -> bool:
+    def walk(f: Any) -> bool:
+        if hasattr(f, "args"):
+            return any(walk(a) for a in f.args)
+        if hasattr(f, "poly"):
+            return any(isinstance(a, Div) for a in f.poly.atoms())
+        return False
+    return walk(c.formula)
+
+
+class GuardSet:
+    """The minimal constraints over input dims, in canonical order."""
+
+    def __init__(self, constraints: Sequence[Constraint], graph: Graph, dims: Sequence[str],
+                 sizes: frozenset[str], signature: Sequence[Param] | None, implied: set[int],
+                 undecided: Sequence[str], tautologies: Sequence[int] = (), value_guards: Sequence[int] = ()):
+        self.constraints = tuple(constraints)
+        self.graph = graph
+        self.dims = tuple(dims)
+        self.sizes = sizes
+        self.signature = tuple(signature) if signature is not None else None
+        self.implied = frozenset(implied)
+        self.undecided = tuple(undecided)
+        self.tautologies = tuple(tautologies)
+        # Bailouts on tensor data (opted in at trace time): checked when the trace runs, not here.
+        self.value_guards = tuple(value_guards)
+        self._printed: dict[str, Any] | None = None
+        texts = [c.text for c in self.constraints]
+        divides = any(_has_division(c) for c in self.constraints)
+        self._dims_src = check_dims_source(texts, self.dims, divides)
+        self._src = check_source(texts, self.signature, divides) if self.signature is not None else None
+
+    # NOTE: compiled on first use: compiling costs about as much as simplifying a large trace.
+    @functools.cached_property
+    def _check_dims(self) -> Callable[..., bool]:
+        return compile_function(self._dims_src, "check_dims")
+
+    @functools.cached_property
+    def _check(self) -> Callable[..., bool] | None:
+        return compile_function(self._src, "check") if self._src is not None else None
+
+    # -- the set ---------------------------------------------------------------------------
+
+    @property
+    def minimal(self) -> bool:
+        """False when some solver call was undecided (see `undecided`); the set is still exact."""
+        return not self.undecided
+
+    def __iter__(self) -> Iterator[Constraint]:
+        return iter(self.constraints)
+
+    def __len__(self) -> int:
+        return len(self.constraints)
+
+    def __getitem__(self, i: int) -> Constraint:
+        return self.constraints[i]
+
+    def __str__(self) -> str:
+        return "\n".join(c.text for c in self.constraints)
+
+    def __repr__(self) -> str:
+        return f"GuardSet({[c.text for c in self.constraints]})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GuardSet):
+            return NotImplemented
+        return [c.text for c in self] == [c.text for c in other]
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # -- checking --------------------------------------------------------------------------
+
+    def source(self) -> str:
+        """The generated Python source of `check` (or of `check_dims` without a signature)."""
+        return self._src if self._src is not None else self._dims_src
+
+    def check(self, *args: Any, **kwargs: Any) -> bool:
+        """Do new inputs (the traced function's signature) satisfy the guards?"""
+        if self._check is None:
+            raise InputMismatchError("this GuardSet has no input signature (a parsed guard graph); use check_dims")
+        try:
+            return self._check(*args, **kwargs)
+        except TypeError as e:
+            raise InputMismatchError(f"check takes the traced inputs ({self._check_args()}): {e}") from None
+
+    def _check_args(self) -> str:
+        return ", ".join(p.name for p in self.signature or ())
+
+    def check_dims(self, dims: Mapping[str, int]) -> bool:
+        """Do explicit dim values satisfy the guards? Every dim must be given."""
+        missing = [d for d in self.dims if d not in dims]
+        unknown = [d for d in dims if d not in self.dims]
+        if missing or unknown:
+            raise InputMismatchError(
+                (f"missing dims: {', '.join(missing)}" if missing else "")
+                + ("; " if missing and unknown else "")
+                + (f"unknown dims: {', '.join(unknown)} (known: {', '.join(self.dims)})" if unknown else ""))
+        return self._check_dims(**dims)
+
+    def input_dims(self, *args: Any) -> dict[str, int] | None:
+        """The dims of new inputs (the traced signature), or None if they do not fit it."""
+        if self.signature is None or len(args) != len(self.signature):
+            return None
+        dims: dict[str, int] = {}
+        for p, a in zip(self.signature, args):
+            if p.kind == "tensor":
+                if not hasattr(a, "shape") or len(a.shape) != p.rank:
+                    return None
+                dims.update(zip(p.dims, (int(d) for d in a.shape)))
+            else:
+                dims[p.name] = a
+        return dims
+
+    def first_failure(self, dims: Mapping[str, int]) -> Constraint | None:
+        """The first constraint (in canonical order) that `dims` violate, if any."""
+        for c in self.constraints:
+            try:
+                if not eval(c.text, {}, dict(dims)):  # NOTE: only on the miss path, never per hit
+                    return c
+            except ZeroDivisionError:
+                return c
+        return None
+
+    def explain_failure(self, *args: Any) -> str:
+        """Why new inputs miss: `a0 == b0 failed (a0=4, b0=8) — examples/mlp.py:12  code`."""
+        dims = self.input_dims(*args)
+        if dims is None:
+            ranks = ", ".join(f"{p.name}: rank {p.rank}" if p.kind == "tensor" else f"{p.name}: int"
+                              for p in self.signature or ())
+            return f"inputs do not fit the traced signature ({ranks})"
+        c = self.first_failure(dims)
+        if c is None:
+            return "all guards hold"
+        values = ", ".join(f"{d}={dims[d]}" for d in c.dims)
+        where = f" — {self._origin(min(c.prov))}" if c.prov else ""
+        return f"{c.text} failed ({values}){where}"
+
+    def violations(self, dynamic: Sequence[str]) -> list[Any]:
+        """Minimal guards that constrain the declared-dynamic dims, with torch.export fixes."""
+        from guardsolve.solve.dynamic import violations
+
+        return violations(self.constraints, self.dims, dynamic)
+
+    def export_spec(self, dynamic: Sequence[str]) -> Any:
+        """A `dynamic_shapes` spec for `torch.export.export` satisfying these guards."""
+        from guardsolve.solve.dynamic import export_spec
+
+        return export_spec(self, dynamic)
+
+    # -- explaining ------------------------------------------------------------------------
+
+    def _describe(self, i: int) -> str:
+        """A node as its user-facing guard: `assert not (a0 == 1)`."""
+        if self._printed is None:
+            from guardsolve.ir.interp import interpret
+            from guardsolve.ir.printer import print_rules
+
+            self._printed = interpret(self.graph, print_rules([]))
+        n = self.graph.nodes[i]
+        if n.op.value == "bool_bailout":
+            b = self._printed[n.inputs[0]]
+            return f"assert {b}" if n.params["expect"] else f"assert not {b}"
+        if n.outputs:
+            return f"{self._printed[n.outputs[0]]} needs a non-zero divisor"
+        return str(n)
+
+    def _origin(self, i: int) -> str:
+        n = self.graph.nodes[i]
+        loc = n.meta.get("loc")
+        if loc is not None:
+            return f"{loc.short_file}:{loc.line}  {loc.code or linecache.getline(loc.file, loc.line).strip()}"
+        if n.meta.get("trace_line") is not None:
+            return f"trace line {n.meta['trace_line']}: {n.meta['trace_node']}"
+        line = n.meta.get("line")
+        return f"guard graph line {line}: {n}" if line is not None else f"node {i}: {n}"
+
+    def explain(self) -> str:
+        """Each constraint with the original bailouts it stands for and their source lines."""
+        out: list[str] = []
+        for c in self.constraints:
+            out.append(c.text)
+            for i in sorted(c.prov):
+                out.append(f"    from {self._describe(i)}  at {self._origin(i)}")
+        always = set(self.tautologies)
+        for title, nodes in (("implied by the above (dropped):", sorted(self.implied - always)),
+                             ("always true (dropped):", sorted(always))):
+            if nodes:
+                out.append(title)
+                out += [f"    {self._describe(i)}  at {self._origin(i)}" for i in nodes]
+        if self.value_guards:
+            out.append("not checkable from shapes alone (checked while the trace runs):")
+            out += [f"    {self._describe(i)}  at {self._origin(i)}" for i in self.value_guards]
+        if self.undecided:
+            out.append("not proved minimal (solver undecided):")
+            out += [f"    {u}" for u in self.undecided]
+        return "\n".join(out)
+
+    def to_graph(self) -> Graph:
+        """A guard graph with one bailout per constraint (its text form saves the guard set)."""
+        from guardsolve.ir.ops import Op
+        from guardsolve.solve.tograph import emit_bailout
+
+        g = Graph(meta={"signature": self.signature})
+        for d in self.dims:
+            g.emit(Op.INT_PLACEHOLDER if d in self.sizes else Op.INT_ARG, (), name=d)
+        for c in self.constraints:
+            emit_bailout(g, c.formula)
+        return g
+
+    # -- proofs ----------------------------------------------------------------------------
+
+    def to_z3(self, ctx: z3.Context | None = None) -> z3.BoolRef:
+        """The conjunction of the constraints as a z3 formula over `Int(dim)`."""
+        var = z3_vars(ctx)
+        parts = [formula_to_z3(c.formula, var) for c in self.constraints]
+        return z3.And(parts) if parts else z3.BoolVal(True, ctx)
+
+    def verify(self, timeout_ms: int = 10000) -> Certificate:
+        """Prove with z3: equivalent to the original bailouts, and every constraint irredundant.
+
+        Raises `VerificationError` with a counterexample when a proof fails (or is undecided).
+        """
+        ctx = z3.Context()
+        var = z3_vars(ctx)
+        background = [var(d) >= 0 for d in self.dims if d in self.sizes]
+        original = graph_to_z3(self.graph, var)
+        parts = [formula_to_z3(c.formula, var) for c in self.constraints]
+        mine = z3.And(parts) if parts else z3.BoolVal(True, ctx)
+        for premise, goal, what in ((original, mine, "the original bailouts do not imply the guard set"),
+                                    (mine, original, "the guard set does not imply the original bailouts")):
+            self._prove(ctx, background + [premise], goal, what, timeout_ms)
+        witnesses: dict[str, dict[str, int]] = {}
+        for i, c in enumerate(self.constraints):
+            others = [p for j, p in enumerate(parts) if j != i]
+            s = z3.Solver(ctx=ctx)
+            s.set("timeout", timeout_ms)
+            s.add(*background, *others, z3.Not(parts[i]))
+            r = s.check()
+            if r == z3.unsat:
+                raise VerificationError(f"`{c}` is implied by the other constraints")
+            if r == z3.unknown:
+                raise VerificationError(f"could not decide whether `{c}` is redundant: {s.reason_unknown()}")
+            m = s.model()
+            witnesses[c.text] = {d: m.eval(var(d), model_completion=True).as_long() for d in self.dims}
+        return Certificate(True, True, witnesses)
+
+    @staticmethod
+    def _prove(ctx: z3.Context, premises: list[Any], goal: Any, what: str, timeout_ms: int) -> None:
+        s = z3.Solver(ctx=ctx)
+        s.set("timeout", timeout_ms)
+        s.add(*premises, z3.Not(goal))
+        r = s.check()
+        if r == z3.sat:
+            m = s.model()
+            raise VerificationError(what, {d.name(): m[d].as_long() for d in m.decls() if z3.is_int_value(m[d])})
+        if r == z3.unknown:
+            raise VerificationError(f"could not decide ({s.reason_unknown()}): {what}?")

@@ -1,0 +1,443 @@
+"""Stage 3 of simplify: comparisons as a difference-constraint graph, with no solver.
+
+An edge `u -> v` of weight `w` means `v - u <= w`; the node `Z` stands for the constant 0, so
+`x <= 16` is `Z -> x (16)` and `x >= 17` is `x -> Z (-17)`. Shortest paths decide implication
+exactly for this fragment. Disequalities `v - u != k` that touch a bound tighten it
+(`x >= 0, x != 0, x != 1` gives `x >= 2`); zero-weight cycles are equalities handed back to the
+unifier; the rest is a transitive reduction (every edge implied by the others goes).
+
+>>> layer = OrderLayer()
+>>> layer.add_edge(Z, "x", 16, {"x <= 16"}); layer.add_edge("x", Z, -17, {"x >= 17"})
+>>> layer.solve()
+Traceback (most recent call last):
+...
+guardsolve.solve.unify.Conflict: ['x <= 16', 'x >= 17']
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Iterable
+
+from guardsolve.solve.unify import Conflict
+
+Z = ""  # the zero node
+INF = float("inf")
+
+
+@dataclass
+class Edge:
+    u: str
+    v: str
+    w: int
+    prov: set = field(default_factory=set)  # atom ids it stands for
+    background: bool = False  # `x >= 0` for a size: never printed
+
+
+@dataclass(frozen=True)
+class Diseq:
+    u: str
+    v: str
+    k: int  # v - u != k
+    prov: frozenset
+
+
+@dataclass
+class OrderResult:
+    edges: list[Edge]
+    diseqs: list[Diseq]
+    equalities: list[tuple[str, str, int, set]]  # v == u + k, with provenance
+    implied: set  # atom ids implied by what is kept
+    positive: Callable[[str], bool] = lambda x: False  # is `x >= 1` implied?
+
+
+class OrderLayer:
+    """Bounds, differences and disequalities over dims (plus the zero node `Z`)."""
+
+    def __init__(self) -> None:
+        self.edges: dict[tuple[str, str], Edge] = {}
+        self.diseqs: dict[tuple[str, str, int], Diseq] = {}
+        self.implied: set = set()
+
+    def add_edge(self, u: str, v: str, w: int, prov: Iterable[Hashable] = (), background: bool = False) -> None:
+        """Record `v - u <= w`; `prov` names the atoms it stands for."""
+        prov = set(prov)
+        old = self.edges.get((u, v))
+        if old is None or w < old.w:
+            if old is not None and not old.background:
+                self.implied |= old.prov
+            self.edges[(u, v)] = Edge(u, v, w, prov, background)
+        elif w == old.w and not old.background:
+            old.prov |= prov
+        elif not background:
+            self.implied |= prov
+
+    def add_diseq(self, u: str, v: str, k: int, prov: Iterable[Hashable]) -> None:
+        """Record `v - u != k`."""
+        # NOTE: `v - u != k` and `u - v != -k` are one constraint; store one orientation.
+        key = (v, u, -k) if v == Z or (u != Z and v < u) else (u, v, k)
+        old = self.diseqs.get(key)
+        self.diseqs[key] = Diseq(*key, frozenset(prov) | (old.prov if old else frozenset()))
+
+    # -- shortest paths --------------------------------------------------------------------
+
+    def _adjacency(self) -> dict[str, list[Edge]]:
+        adj: dict[str, list[Edge]] = defaultdict(list)
+        for e in self.edges.values():
+            adj[e.u].append(e)
+        return adj
+
+    @staticmethod
+    def _sorted(adj: dict[str, list[Edge]], h: dict[str, int]) -> dict[str, list[Edge]]:
+        """Each node's out-edges by increasing reduced weight, so searches can stop early
+        (Z's fan-out to every bounded dim would otherwise be scanned by every search)."""
+        for u, es in adj.items():
+            es.sort(key=lambda e: e.w + h[u] - h[e.v])
+        return adj
+
+    def _potentials(self, adj: dict[str, list[Edge]]) -> dict[str, int]:
+        """Bellman-Ford (queue based) from a virtual source; raises Conflict on a negative cycle."""
+        nodes = set(adj) | {e.v for e in self.edges.values()}
+        h = {x: 0 for x in nodes}
+        pred: dict[str, Edge] = {}
+        count = {x: 0 for x in nodes}
+        # NOTE: starting in topological order settles an acyclic graph in one pass (from an
+        # arbitrary order, a long chain of `<` costs a pass per link).
+        queue = _topological(adj, nodes)
+        inq = set(nodes)
+        qi = 0
+        while qi < len(queue):
+            x = queue[qi]
+            qi += 1
+            inq.discard(x)
+            for e in adj.get(x, ()):
+                if h[x] + e.w < h[e.v]:
+                    h[e.v] = h[x] + e.w
+                    pred[e.v] = e
+                    count[e.v] += 1
+                    if count[e.v] > len(nodes):
+                        raise Conflict(sorted(self._cycle(pred, e.v), key=str))
+                    if e.v not in inq:
+                        inq.add(e.v)
+                        queue.append(e.v)
+        return h
+
+    @staticmethod
+    def _cycle(pred: dict[str, Edge], start: str) -> set:
+        x = start
+        for _ in range(len(pred) + 1):
+            x = pred[x].u
+        ids: set = set()
+        y = x
+        while True:
+            e = pred[y]
+            ids |= e.prov
+            y = e.u
+            if y == x:
+                return ids
+
+    @staticmethod
+    def _search(adj: dict[str, list[Edge]], h: dict[str, int], src: str,
+                targets: dict[str, float] | None = None, radius: float = INF, back: bool = False) -> dict[str, int]:
+        """Exact distances from src (to src when `back`) of the nodes settled before stopping.
+
+        Dijkstra on weights reduced by the potentials h (never negative). It stops past reduced
+        distance `radius`, or once every node of `targets` (node -> its own radius) is settled
+        or out of its radius. Among equal distances it goes depth first, so along a chain of
+        tight edges it reaches the far end without first settling everything else at the same
+        distance. `back` walks edges backwards, over an adjacency of in-edges (`_reverse`).
+        """
+        left = {t: r for t, r in targets.items() if t != src} if targets is not None else None
+        if left is not None:
+            radius = min(radius, max(left.values(), default=-1))
+        dist: dict[str, int] = {src: 0}
+        heap = [(0, 0, src)]
+        done: dict[str, int] = {}
+        tick = 0
+        while heap:
+            d, _, x = heapq.heappop(heap)
+            if x in done:
+                continue
+            if d > radius:
+                break
+            done[x] = d - h[src] + h[x] if not back else d + h[src] - h[x]
+            if left is not None:
+                left.pop(x, None)
+                if radius > d and any(r < d for r in left.values()):
+                    # NOTE: targets out of their own radius are answered (not within): drop them
+                    left = {t: r for t, r in left.items() if r >= d}
+                    radius = max(left.values(), default=-1)
+                if not left:
+                    break
+            for e in adj.get(x, ()):
+                y = e.u if back else e.v
+                nd = d + e.w + h[e.u] - h[e.v]
+                if nd > radius:
+                    break  # NOTE: adjacency is sorted by reduced weight (see _sorted)
+                if nd < dist.get(y, INF):
+                    dist[y] = nd
+                    tick -= 1
+                    heapq.heappush(heap, (nd, tick, y))
+        return done
+
+    @staticmethod
+    def _reverse(adj: dict[str, list[Edge]], h: dict[str, int]) -> dict[str, list[Edge]]:
+        """In-edges per node, sorted by reduced weight."""
+        radj: dict[str, list[Edge]] = defaultdict(list)
+        for es in adj.values():
+            for e in es:
+                radj[e.v].append(e)
+        for es in radj.values():
+            es.sort(key=lambda e: e.w + h[e.u] - h[e.v])
+        return radj
+
+    # -- the layer -------------------------------------------------------------------------
+
+    def solve(self) -> OrderResult:
+        """Tighten, detect equalities and contradictions, and reduce transitively."""
+        while True:
+            adj = self._adjacency()
+            h = self._potentials(adj)
+            adj = self._sorted(adj, h)
+            eqs = self._zero_cycles(adj, h)
+            if eqs:
+                return OrderResult([], [], eqs, self.implied)
+            if not self._tighten(adj, h):
+                break
+        adj = self._adjacency()
+        h = self._potentials(adj)
+        kept, to_z = self._reduce(self._sorted(adj, h), h)
+        # x >= 1 is implied when a path x -> Z weighs at most -1
+        return OrderResult(kept, list(self.diseqs.values()), [], self.implied, lambda x: to_z.get(x, INF) <= -1)
+
+    def _batched(self, adj: dict[str, list[Edge]], h: dict[str, int],
+                 queries: list[tuple[str, str, int]]) -> dict[tuple[str, str], float]:
+        """dist(s, t) for each query (s, t, limit): exact when it is <= limit, else INF or exact.
+
+        NOTE: keyed by (s, t) alone; queries differing only in limit share the widest search.
+        """
+        by_source: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        out: dict[tuple[str, str], float] = {}
+        for s, t, limit in queries:
+            if s == t:
+                out[(s, t)] = 0
+            elif s not in h or t not in h:
+                out[(s, t)] = INF
+            else:
+                by_source[s].append((t, limit))
+        for s, targets in by_source.items():
+            radii: dict[str, float] = {}
+            for t, limit in targets:
+                radii[t] = max(radii.get(t, -INF), limit + h[s] - h[t])
+            found = self._search(adj, h, s, radii)
+            for t, _ in targets:
+                out[(s, t)] = found.get(t, INF)
+        return out
+
+    def _zero_cycles(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> list[tuple[str, str, int, set]]:
+        """Nodes on a zero-weight cycle are equal up to an offset (SCCs of tight edges)."""
+        import networkx as nx
+
+        tight = nx.DiGraph()
+        for e in self.edges.values():
+            if e.w + h[e.u] - h[e.v] == 0:
+                tight.add_edge(e.u, e.v)
+        comps = [c for c in nx.strongly_connected_components(tight) if len(c) > 1]
+        which = {x: k for k, c in enumerate(comps) for x in c}
+        provs: list[set] = [set() for _ in comps]
+        for e in self.edges.values():  # NOTE: one pass for all components, not one per component
+            k = which.get(e.u)
+            if k is not None and which.get(e.v) == k and e.w + h[e.u] - h[e.v] == 0:
+                provs[k] |= e.prov
+        out = []
+        for comp, prov in zip(comps, provs):
+            members = sorted(comp, key=lambda x: (x != Z, x))
+            base = members[0]
+            for x in members[1:]:
+                out.append((x, base, h[x] - h[base], prov))
+        return out
+
+    def _tighten(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> bool:
+        """Apply disequalities at the boundary of their interval; drop implied ones."""
+        changed = False
+        # NOTE: only the comparison with k matters, so searches stop past k; one search per
+        # source answers all of its queries.
+        dist = self._batched(adj, h, [q for d in self.diseqs.values() for q in ((d.u, d.v, d.k), (d.v, d.u, -d.k))])
+        for key, d in list(self.diseqs.items()):
+            up = dist[(d.u, d.v)]     # v - u <= up
+            lo = -dist[(d.v, d.u)]    # v - u >= lo
+            if d.k > up or d.k < lo:
+                self.implied |= d.prov
+                del self.diseqs[key]
+            elif up == lo == d.k:
+                raise Conflict(sorted(d.prov, key=str) + ["the bounds around it"])
+            elif d.k == up:
+                self.add_edge(d.u, d.v, d.k - 1, set(d.prov))
+                del self.diseqs[key]
+                changed = True
+            elif d.k == lo:
+                self.add_edge(d.v, d.u, -d.k - 1, set(d.prov))
+                del self.diseqs[key]
+                changed = True
+        # NOTE: applying every tightening from one set of distances is sound: the graph only
+        # gets tighter, so a stale bound can make an added edge redundant, never wrong.
+        return changed
+
+    def _reduce(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> tuple[list[Edge], dict[str, int]]:
+        """Remove every non-background edge implied by the remaining ones; return the kept
+        edges and each node's distance to Z (which removing implied edges does not change).
+
+        `u -> v (w)` is implied when a path from u other than the edge itself reaches v with
+        weight <= w. Bounds (edges from or to Z) are decided by one full search each way from
+        Z; the other edges by one search per source node.
+        NOTE: with no zero-weight cycle left (solve() unified them), a path back through the
+        edge itself is strictly heavier, and two edges cannot each be the other's only
+        alternative, so removing every implied edge at once is the same as one at a time.
+        """
+        radj = self._reverse(adj, h)
+        from_z = self._search(adj, h, Z) if Z in h else {}
+        to_z = self._search(radj, h, Z, back=True) if Z in h else {}
+        by_source: dict[str, list[Edge]] = defaultdict(list)
+        implied: list[Edge] = []
+        for e in self.edges.values():
+            if e.background:
+                continue
+            if e.v == Z:  # a lower bound: another way out of u down to Z
+                alt = min((f.w + to_z[f.v] for f in adj.get(e.u, ()) if f is not e and f.v in to_z), default=INF)
+                if alt <= e.w:
+                    implied.append(e)
+            elif e.u == Z:  # an upper bound: another way from Z into v
+                alt = min((from_z[f.u] + f.w for f in radj.get(e.v, ()) if f is not e and f.u in from_z), default=INF)
+                if alt <= e.w:
+                    implied.append(e)
+            else:
+                by_source[e.u].append(e)
+        for u, out in by_source.items():
+            implied += self._implied_out_edges(adj, h, u, out)
+        for e in implied:
+            self.implied |= e.prov
+            del self.edges[(e.u, e.v)]
+        return [e for e in self.edges.values() if not e.background], to_z
+
+    @staticmethod
+    def _implied_out_edges(adj: dict[str, list[Edge]], h: dict[str, int], u: str, out: list[Edge]) -> list[Edge]:
+        """Which of u's out-edges another path from u makes redundant (Dijkstra on reduced weights).
+
+        The search stops as soon as every out-edge is decided; among equal distances it goes
+        depth first, so along a chain of tight edges it reaches the far end without first
+        settling everything else at the same distance.
+        """
+        pending = {e.v: e for e in out}
+        cap = {e.v: e.w + h[u] - h[e.v] for e in out}  # reduced weight of each out-edge
+        radius = max(cap.values())
+        dist: dict[str, int] = {u: 0}
+        heap = [(0, 0, u)]
+        done: set[str] = set()
+        found: list[Edge] = []
+        tick = 0
+        while heap and pending:
+            d, _, x = heapq.heappop(heap)
+            if x in done:
+                continue
+            if d > radius:
+                break
+            done.add(x)
+            for f in adj.get(x, ()):
+                nd = d + f.w + h[x] - h[f.v]
+                if nd > radius:
+                    break  # NOTE: adjacency is sorted by reduced weight (see _sorted)
+                e = pending.get(f.v)
+                if e is not None and f is not e and nd <= cap[f.v]:
+                    found.append(pending.pop(f.v))
+                    radius = max((cap[v] for v in pending), default=-1)
+                if nd < dist.get(f.v, INF):
+                    dist[f.v] = nd
+                    tick -= 1
+                    heapq.heappush(heap, (nd, tick, f.v))
+        return found
+
+
+def _topological(adj: dict[str, list[Edge]], nodes: set[str]) -> list[str]:
+    """Reverse DFS postorder: a topological order when the graph has no cycle, a good guess otherwise."""
+    seen: set[str] = set()
+    post: list[str] = []
+    for root in sorted(nodes):
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(adj.get(root, ())))]
+        while stack:
+            x, it = stack[-1]
+            for e in it:
+                if e.v not in seen:
+                    seen.add(e.v)
+                    stack.append((e.v, iter(adj.get(e.v, ()))))
+                    break
+            else:
+                stack.pop()
+                post.append(x)
+    return post[::-1]
+
+
+def needs_solver(edges: Iterable[Edge], diseqs: list[Diseq]) -> bool:
+    """Can a disequality change what is implied in this component? Then z3 must decide it.
+
+    `edges` are all of the component's edges (kept, bounds through Z and background ones).
+    A constraint c is redundant when no integer point satisfies the others and violates c.
+    Without disequalities the shortest paths decide that exactly. A disequality `b - a != k`
+    whose difference is unbounded on the region where c fails can always be dodged: move far
+    along a direction in which every such difference changes (a finite union of hyperplanes
+    never covers a convex cone), which leaves the bounded differences alone. So only a
+    disequality bounded on that region can matter. The region adds to the graph the
+    reverse of a failing edge (`v -> u` for `u -> v`), or both edges of a failing
+    disequality's equality. Reachability is taken on the whole graph plus those edges (the
+    failing edge is not removed), which over-approximates boundedness: at worst z3 runs
+    where it was not needed.
+
+    Below, `x >= 6` is implied by the rest (x == 5 would force y == z == 0), which the
+    shortest paths alone cannot see; without that bound nothing makes `y - z` bounded:
+
+    >>> sizes = [Edge(d, Z, 0, background=True) for d in "xyz"]
+    >>> es = [Edge("x", "y", -5), Edge("x", "z", -5)]          # x >= y + 5, x >= z + 5
+    >>> needs_solver(es + [Edge("x", Z, -6)] + sizes, [Diseq("y", "z", 0, frozenset())])
+    True
+    >>> needs_solver(es + sizes, [Diseq("y", "z", 0, frozenset())])
+    False
+    """
+    edges = list(edges)
+    if not diseqs:
+        return False
+    # each constraint that may fail: the edges its failure adds, and the disequality it is (if one)
+    failing: list[tuple[list[tuple[str, str]], Diseq | None]] = [([(e.v, e.u)], None) for e in edges if not e.background]
+    failing += [([(d.u, d.v), (d.v, d.u)], d) for d in diseqs]
+    if len(failing) < 2:
+        return False
+    reach = _closure(edges)
+
+    def r(a: str, b: str, extra: list[tuple[str, str]]) -> bool:
+        return a == b or b in reach.get(a, ()) or any(
+            (x == a or x in reach.get(a, ())) and (b == y or b in reach.get(y, ())) for x, y in extra)
+
+    return any(d is not own and r(d.u, d.v, extra) and r(d.v, d.u, extra)
+               for extra, own in failing for d in diseqs)
+
+
+def _closure(edges: list[Edge]) -> dict[str, set[str]]:
+    """Every node's set of nodes reachable by a non-empty path (SCCs, then reverse topological order)."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_edges_from((e.u, e.v) for e in edges)
+    dag = nx.condensation(g)
+    members = dag.graph["mapping"]
+    below: dict[int, set[str]] = {}
+    for c in reversed(list(nx.topological_sort(dag))):
+        out: set[str] = set()
+        for succ in dag.successors(c):
+            out |= dag.nodes[succ]["members"] | below[succ]
+        if len(dag.nodes[c]["members"]) > 1:
+            out |= dag.nodes[c]["members"]
+        below[c] = out
+    return {x: below[c] for x, c in members.items()}

@@ -1,0 +1,388 @@
+"""`simplify(graph)`: the minimal, provably equivalent guard set of a trace or guard graph.
+
+normalize -> union-find -> ordering layer -> z3 (per independent component). Each stage is
+sound on its own; together they leave a set where no constraint is implied by the others
+(and by `size >= 0`). For the notebook's `a + b` on two `[4]` tensors:
+
+    assert not (a0 == 1)                 a0 == b0
+    assert not (b0 == 1)         ->      a0 != 1
+    assert (a0 == b0)
+    assert (a0 == a0)
+    assert (b0 == a0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import networkx as nx
+import z3
+
+from guardsolve.errors import UnsatisfiableGuardsError
+from guardsolve.guards.expr import FALSE, TRUE, Formula, Poly, Rel, cancel, conjuncts, substitute
+from guardsolve.guards.normalize import Atom, describe, normalize
+from guardsolve.guards.shape import guard_graph, is_guard_graph, signature_of
+from guardsolve.ir.graph import Graph
+from guardsolve.solve.constraint import Constraint, DimOrder, render_eq, render_formula, render_ne, render_order
+from guardsolve.solve.guardset import GuardSet
+from guardsolve.solve.order import Z, OrderLayer, needs_solver
+from guardsolve.solve.smt import reduce_component
+from guardsolve.solve.unify import Conflict, UnionFind
+from guardsolve.trace.gcpause import paused_gc
+
+DEFAULT_TIMEOUT_MS = 5000
+
+Prov = frozenset
+
+
+def complexity(f: Formula) -> int:
+    """A size measure for choosing which of two equivalent guards to keep."""
+    if isinstance(f, Rel):
+        return sum(1 + 3 * len(m) + sum(5 + complexity(Rel("eq", a.num)) + complexity(Rel("eq", a.den))
+                                         for a in m if not isinstance(a, str)) for m, _ in f.poly.terms)
+    if hasattr(f, "args"):
+        return 2 + sum(complexity(a) for a in f.args)  # type: ignore[union-attr]
+    return 0
+
+
+def classify(f: Formula) -> tuple[Any, ...]:
+    """Which layer owns a normalized atom.
+
+    ("eq", x, y, k): x == y + k      ("bind", x, c): x == c
+    ("le", u, v, w): v - u <= w       ("ne", u, v, k): v - u != k      ("general",)
+    (u may be the zero node Z.)
+    """
+    if not isinstance(f, Rel):
+        return ("general",)
+    lin = f.poly.nonconst()
+    if not all(len(m) == 1 and isinstance(m[0], str) for m in lin) or len(lin) > 2:
+        return ("general",)
+    k = f.poly.constant
+    coef = {m[0]: c for m, c in lin.items()}
+    if len(coef) == 1:
+        (x, c), = coef.items()
+        if c not in (1, -1):
+            return ("general",)
+        if f.op == "eq":
+            return ("bind", x, -k * c)
+        if f.op == "ne":
+            return ("ne", Z, x, -k * c)
+        return ("le", Z, x, -k) if c == 1 else ("le", x, Z, -k)
+    if sorted(coef.values()) != [-1, 1]:
+        return ("general",)
+    x = next(d for d, c in coef.items() if c == 1)
+    y = next(d for d, c in coef.items() if c == -1)
+    # x - y + k  op  0
+    if f.op == "eq":
+        return ("eq", x, y, -k)
+    if f.op == "ne":
+        return ("ne", y, x, -k)
+    return ("le", y, x, -k)
+
+
+@dataclass
+class _State:
+    """Facts gathered so far: equalities (with provenance) and the other atoms."""
+
+    eqs: list[tuple[tuple[Any, ...], Prov]] = field(default_factory=list)
+    rest: list[Atom] = field(default_factory=list)
+    implied: set[int] = field(default_factory=set)
+
+
+class Simplifier:
+    """Owns the stages' state for one guard graph."""
+
+    def __init__(self, graph: Graph, timeout_ms: int):
+        self.graph = graph
+        self.timeout_ms = timeout_ms
+        self.norm = normalize(graph, validate=False)  # NOTE: guard_graph() validated it
+        self.order = DimOrder(self.norm.dims)
+        self.sizes = set(self.norm.sizes)
+
+    def fail(self, provs: Any, detail: str = "") -> UnsatisfiableGuardsError:
+        nodes: set[int] = set()
+        for p in provs:
+            if isinstance(p, (set, frozenset)):
+                nodes |= p
+            elif isinstance(p, int):
+                nodes.add(p)
+        return UnsatisfiableGuardsError([describe(self.graph, i) for i in sorted(nodes)], detail)
+
+    # -- stages ----------------------------------------------------------------------------
+
+    def run(self) -> tuple[list[Constraint], set[int], list[str]]:
+        st = _State()
+        for a in self.norm.atoms:
+            c = classify(a.formula)
+            if c[0] in ("eq", "bind"):
+                st.eqs.append((c, a.prov))
+            else:
+                st.rest.append(a)
+        while True:
+            uf = self._unify(st.eqs)
+            atoms, new_eqs = self._substitute(uf, st)
+            if new_eqs:
+                st.eqs += new_eqs
+                continue
+            layer, general = self._order_layer(uf, atoms)
+            try:
+                res = layer.solve()
+            except Conflict as c:
+                raise self.fail(c.ids, "the comparisons contradict each other") from None
+            if res.equalities:
+                for v, u, k, prov in res.equalities:
+                    st.eqs.append((("bind", v, k) if u == Z else ("eq", v, u, k), frozenset(prov)))
+                continue
+            cancelled = self._cancel(general, res.positive)
+            if set(a.formula for a in cancelled) != set(a.formula for a in general):
+                # NOTE: the rewritten atoms may now belong to a fast layer; go round again with
+                # the substituted atoms (equivalent given the equalities, which are kept).
+                moved = {id(a) for a in general}
+                st.rest = [a for a in atoms if id(a) not in moved] + cancelled
+                continue
+            break
+        implied = st.implied | layer.implied
+        undecided: list[str] = []
+        kept_edges = res.edges
+        kept_diseqs = res.diseqs
+        kept_general = general
+        background_of = {e.u: e for e in layer.edges.values() if e.background}
+        hard = self._components(kept_edges, kept_diseqs, kept_general, background_of)
+        ctx: z3.Context | None = None
+        removed: set[int] = set()  # ids of the items z3 found implied
+        for k, (comp_edges, comp_diseqs, comp_general) in enumerate(hard):
+            if k % 128 == 0:  # NOTE: share a context (costly to make) but let it not grow forever
+                ctx = z3.Context()
+            items: list[tuple[Formula, str, Prov, Any]] = []
+            # NOTE: removal is tried on the most complex constraints first, so that of two
+            # equivalent guards the simpler one survives.
+            for a in sorted(comp_general, key=lambda a: -complexity(a.formula)):
+                items.append((a.formula, render_formula(a.formula, self.order), a.prov, a))
+            for d in comp_diseqs:
+                items.append((self._ne_formula(d.u, d.v, d.k), render_ne(self.order, d.u, d.v, d.k), d.prov, d))
+            for e in comp_edges:
+                items.append((self._le_formula(e.u, e.v, e.w), render_order(self.order, e.u, e.v, e.w), frozenset(e.prov), e))
+            dims = set().union(*(f.dims() for f, *_ in items))
+            # NOTE: `size >= 0` of dims substituted away survives as a bound on their representative.
+            background = [self._le_formula(e.u, e.v, e.w) for d in dims if (e := background_of.get(d)) is not None]
+            red = reduce_component([i[0] for i in items], self.sizes, self.timeout_ms, [i[1] for i in items],
+                                   lambda idx: self.fail([items[j][2] for j in idx]), background, ctx)
+            undecided += red.undecided
+            for j in red.removed:
+                implied |= items[j][2]
+                removed.add(id(items[j][3]))
+        kept_general = [g for g in kept_general if id(g) not in removed]
+        kept_diseqs = [g for g in kept_diseqs if id(g) not in removed]
+        kept_edges = [g for g in kept_edges if id(g) not in removed]
+        out = self._equalities(uf, st.eqs)
+        out += [Constraint("order", self._le_formula(e.u, e.v, e.w), render_order(self.order, e.u, e.v, e.w),
+                           frozenset(e.prov), self._dims(e.u, e.v)) for e in kept_edges]
+        out += [Constraint("ne", self._ne_formula(d.u, d.v, d.k), render_ne(self.order, d.u, d.v, d.k),
+                           frozenset(d.prov), self._dims(d.u, d.v)) for d in kept_diseqs]
+        out += [Constraint("general", a.formula, render_formula(a.formula, self.order), a.prov,
+                           tuple(sorted(a.formula.dims(), key=self.order.key))) for a in kept_general]
+        out.sort(key=lambda c: c.sort_key(self.order))
+        used = set().union(*(c.prov for c in out)) if out else set()
+        return out, (implied - used) | set(self.norm.tautologies), undecided
+
+    def _cancel(self, general: list[Atom], positive: Callable[[str], bool]) -> list[Atom]:
+        """Divide out dim factors the bounds make positive (`(x*a) % (x*b)` -> `x*(a % b)`)."""
+        out: dict[Formula, set[int]] = {}
+        for a in general:
+            f = cancel(a.formula, positive)
+            if f == TRUE:
+                continue  # NOTE: cannot happen for an atom the layers kept; guard anyway
+            out.setdefault(f, set()).update(a.prov)
+        return [Atom(f, frozenset(p)) for f, p in out.items()]
+
+    def _dims(self, *names: str) -> tuple[str, ...]:
+        return tuple(sorted((n for n in names if n != Z), key=self.order.key))
+
+    @staticmethod
+    def _le_formula(u: str, v: str, w: int) -> Formula:
+        p = (Poly.var(v) if v != Z else Poly.const(0)) - (Poly.var(u) if u != Z else Poly.const(0))
+        return Rel("le", p - Poly.const(w))
+
+    @staticmethod
+    def _ne_formula(u: str, v: str, k: int) -> Formula:
+        p = (Poly.var(v) if v != Z else Poly.const(0)) - (Poly.var(u) if u != Z else Poly.const(0))
+        return Rel("ne", p - Poly.const(k))
+
+    def _unify(self, eqs: list[tuple[tuple[Any, ...], Prov]]) -> UnionFind:
+        uf = UnionFind(self.norm.dims)
+        try:
+            for c, prov in eqs:
+                if c[0] == "eq":
+                    uf.union(c[1], c[2], c[3], prov)
+                else:
+                    uf.bind(c[1], c[2], prov)
+        except Conflict as e:
+            raise self.fail(e.ids, "the equalities contradict each other") from None
+        self.reps: dict[str, tuple[str, int]] = {}
+        for r, members in uf.classes().items():
+            first = min(members, key=self.order.key)
+            self.reps[r] = (first, uf.find(first)[1])
+        for x in self.sizes:
+            v = uf.value(x)
+            if v is not None and v < 0:
+                related = [p for c, p in eqs if x in c[1:3] or uf.find(c[1])[0] == uf.find(x)[0]]
+                raise self.fail(related, f"they force size {x} to be {v}")
+        return uf
+
+    def _subst(self, uf: UnionFind) -> dict[str, Poly]:
+        """Each dim that is not its own representative, as a polynomial over representatives."""
+        out: dict[str, Poly] = {}
+        for x in self.norm.dims:
+            root, off = uf.find(x)
+            if root in uf.const:
+                out[x] = Poly.const(uf.const[root] + off)
+                continue
+            rep, roff = self.reps[root]
+            if rep != x or off != roff:
+                out[x] = Poly.var(rep) + Poly.const(off - roff)
+        return out
+
+    def _substitute(self, uf: UnionFind, st: _State) -> tuple[list[Atom], list[tuple[tuple[Any, ...], Prov]]]:
+        """Rewrite every non-equality atom over class representatives.
+
+        Equalities that appear (`a0*a1 == b0` with `a1 == 1`) are returned as new facts; on
+        the next round the same atom substitutes to True for that part.
+        """
+        moved = self._subst(uf)
+
+        def s(x: str) -> Poly:
+            return moved[x] if x in moved else Poly.var(x)
+
+        atoms: dict[Formula, set[int]] = {}
+        new_eqs: list[tuple[tuple[Any, ...], Prov]] = []
+        for a in st.rest:
+            # NOTE: an atom over representatives only is already normalized: no rewrite.
+            f = substitute(a.formula, s) if any(d in moved for d in a.formula.dims()) else a.formula
+            if f == TRUE:
+                st.implied |= a.prov
+                continue
+            if f == FALSE:
+                raise self.fail([a.prov] + self._eq_provs(st, a), "it contradicts the equalities")
+            for c in conjuncts(f):
+                kind = classify(c)
+                if kind[0] in ("eq", "bind"):
+                    new_eqs.append((kind, a.prov))
+                else:
+                    atoms.setdefault(c, set()).update(a.prov)
+        return [Atom(f, frozenset(p)) for f, p in atoms.items()], new_eqs
+
+    def _eq_provs(self, st: _State, a: Atom) -> list[Prov]:
+        dims = a.formula.dims()
+        return [p for c, p in st.eqs if set(c[1:2]) & dims or (c[0] == "eq" and c[2] in dims)]
+
+    def _order_layer(self, uf: UnionFind, atoms: list[Atom]) -> tuple[OrderLayer, list[Atom]]:
+        layer = OrderLayer()
+        for x in self.sizes:
+            root, off = uf.find(x)
+            if root in uf.const:
+                continue
+            rep, roff = self.reps[root]
+            # x = rep + (off - roff) >= 0  <=>  Z - rep <= off - roff
+            layer.add_edge(rep, Z, off - roff, background=True)
+        general: list[Atom] = []
+        for a in atoms:
+            c = classify(a.formula)
+            if c[0] == "le":
+                layer.add_edge(c[1], c[2], c[3], set(a.prov))
+            elif c[0] == "ne":
+                layer.add_diseq(c[1], c[2], c[3], a.prov)
+            else:
+                general.append(a)
+        return layer, general
+
+    def _components(self, edges: list[Any], diseqs: list[Any], general: list[Atom], background_of: dict[str, Any]
+                    ) -> list[tuple[list[Any], list[Any], list[Atom]]]:
+        """Independent components (by shared dims) that need z3.
+
+        Those with general atoms, and those where a disequality can change what is implied
+        (`order.needs_solver`); in the others the ordering layer's result is exact.
+        """
+        g = nx.Graph()
+        items: list[tuple[str, Any, list[str]]] = []
+        for e in edges:
+            items.append(("e", e, [n for n in (e.u, e.v) if n != Z]))
+        for d in diseqs:
+            items.append(("d", d, [n for n in (d.u, d.v) if n != Z]))
+        for a in general:
+            items.append(("g", a, sorted(a.formula.dims())))
+        for i, (_, _, dims) in enumerate(items):
+            g.add_node(("item", i))
+            for dim in dims:
+                g.add_edge(("item", i), ("dim", dim))
+        out = []
+        for comp in nx.connected_components(g):
+            idx = sorted(i for kind, i in comp if kind == "item")
+            chosen = [items[i] for i in idx]
+            comp_edges = [o for k, o, _ in chosen if k == "e"]
+            comp_diseqs = [o for k, o, _ in chosen if k == "d"]
+            comp_general = [o for k, o, _ in chosen if k == "g"]
+            if not comp_general:
+                dims = {d for _, _, ds in chosen for d in ds}
+                background = [b for d in dims if (b := background_of.get(d)) is not None]
+                if not needs_solver(comp_edges + background, comp_diseqs):
+                    continue
+            out.append((comp_edges, comp_diseqs, comp_general))
+        return out
+
+    def _equalities(self, uf: UnionFind, eqs: list[tuple[tuple[Any, ...], Prov]]) -> list[Constraint]:
+        """Each class as equalities to its earliest dim; a bound class as `x == c` per member."""
+        owner: dict[str, set[int]] = {}
+        for c, prov in eqs:
+            dims = [c[1]] if c[0] == "bind" else [c[1], c[2]]
+            root = uf.find(dims[0])[0]
+            rep = self.reps[root][0]
+            if root in uf.const:
+                target = max(dims, key=self.order.key) if c[0] == "eq" else dims[0]
+            else:
+                others = [d for d in dims if d != rep]
+                target = max(others or dims, key=self.order.key)
+            owner.setdefault(target, set()).update(prov)
+        out = []
+        for root, members in uf.classes().items():
+            if len(members) == 1 and root not in uf.const:
+                continue
+            rep, roff = self.reps[root]
+            for x in sorted(members, key=self.order.key):
+                _, off = uf.find(x)
+                if root in uf.const:
+                    val = uf.const[root] + off
+                    out.append(Constraint("eq", Rel("eq", Poly.var(x) - Poly.const(val)), f"{x} == {val}",
+                                          frozenset(owner.get(x, set())), (x,)))
+                elif x != rep:
+                    k = off - roff
+                    out.append(Constraint("eq", Rel("eq", Poly.var(x) - Poly.var(rep) - Poly.const(k)),
+                                          render_eq(self.order, x, rep, k), frozenset(owner.get(x, set())),
+                                          (rep, x)))
+        return out
+
+
+def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> GuardSet:
+    """The minimal constraint set accepting exactly the inputs all bailouts accept.
+
+    `graph` is a tensor trace, a guard graph (also one parsed from text), or a `Trace`.
+    Raises `UnsatisfiableGuardsError` when no input satisfies the guards.
+    """
+    from guardsolve.trace.tracer import Trace
+
+    if isinstance(graph, Trace):
+        graph = graph.graph
+    with paused_gc():
+        return _simplify(graph, verify, timeout_ms)
+
+
+def _simplify(graph: Graph, verify: bool, timeout_ms: int) -> GuardSet:
+    gg = guard_graph(graph)
+    signature = gg.meta.get("signature") if is_guard_graph(graph) else signature_of(graph)
+    s = Simplifier(gg, timeout_ms)
+    constraints, implied, undecided = s.run()
+    gs = GuardSet(constraints, gg, s.norm.dims, frozenset(s.sizes), signature, implied, undecided,
+                  tuple(s.norm.tautologies), tuple(s.norm.value_guards))
+    if verify:
+        gs.verify(timeout_ms=timeout_ms)
+    return gs

@@ -1,0 +1,233 @@
+"""Stage 4 of simplify: z3 for what the fast layers cannot decide.
+
+Lowering of formulas and of whole guard graphs to z3 (a rule table over the same ops), and
+`reduce_component`: one small solver per independent component, tracking literals, a timeout on
+every call, and removal of each constraint implied by the rest. `unknown` is a result: the
+constraint is kept and the reason recorded. A component is handed to z3 as one SMT-LIB text
+(`formula_to_smtlib`); a constraint that a nearby concrete point already shows irredundant
+(`guardsolve.solve.witness`) costs no solver call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import z3
+
+from guardsolve.guards import semantics
+from guardsolve.guards.expr import Const, Div, Formula, Or, Poly, Rel
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.interp import RuleTable, interpret
+from guardsolve.ir.ops import Op
+from guardsolve.solve.witness import Witnesses
+
+
+def poly_to_z3(p: Poly, var: Vars) -> z3.ArithRef:
+    terms = []
+    for m, c in p.terms:
+        t: Any = z3.IntVal(c, var.ctx)
+        for a in m:
+            t = t * (var(a) if isinstance(a, str) else div_to_z3(a, var))
+        terms.append(t)
+    return z3.Sum(terms) if terms else z3.IntVal(0, var.ctx)
+
+
+def div_to_z3(d: Div, var: Vars) -> z3.ArithRef:
+    num, den = poly_to_z3(d.num, var), poly_to_z3(d.den, var)
+    return semantics.floordiv(num, den) if d.kind == "floordiv" else semantics.mod(num, den)
+
+
+def formula_to_z3(f: Formula, var: Vars) -> z3.BoolRef:
+    if isinstance(f, Const):
+        return z3.BoolVal(f.value, var.ctx)
+    if isinstance(f, Rel):
+        p = poly_to_z3(f.poly, var)
+        return {"eq": p == 0, "ne": p != 0, "le": p <= 0}[f.op]
+    args = [formula_to_z3(a, var) for a in sorted(f.args, key=repr)]
+    return z3.Or(args) if isinstance(f, Or) else z3.And(args)
+
+
+def _sym(name: str) -> str:
+    return f"|{name}|"
+
+
+def poly_to_smtlib(p: Poly) -> str:
+    """SMT-LIB text of a polynomial: `(+ (* 2 |x|) (- 1))`, divisions via `semantics.SMTLIB_DEFS`."""
+    terms = []
+    for m, c in sorted(p.terms, key=repr):
+        factors = [str(c) if c >= 0 else f"(- {-c})"] if c != 1 or not m else []
+        for a in m:
+            if isinstance(a, str):
+                factors.append(_sym(a))
+            else:
+                fn = "py_floordiv" if a.kind == "floordiv" else "py_mod"
+                factors.append(f"({fn} {poly_to_smtlib(a.num)} {poly_to_smtlib(a.den)})")
+        terms.append(factors[0] if len(factors) == 1 else f"(* {' '.join(factors)})")
+    if not terms:
+        return "0"
+    return terms[0] if len(terms) == 1 else f"(+ {' '.join(terms)})"
+
+
+def formula_to_smtlib(f: Formula) -> str:
+    """SMT-LIB text of a formula; the same meaning as `formula_to_z3`.
+
+    >>> from guardsolve.guards.expr import rel
+    >>> formula_to_smtlib(rel("lt", Poly.var("x"), Poly.var("y")))
+    '(<= (+ |x| (* (- 1) |y|) 1) 0)'
+    """
+    if isinstance(f, Const):
+        return "true" if f.value else "false"
+    if isinstance(f, Rel):
+        p = poly_to_smtlib(f.poly)
+        return {"eq": f"(= {p} 0)", "ne": f"(not (= {p} 0))", "le": f"(<= {p} 0)"}[f.op]
+    args = " ".join(formula_to_smtlib(a) for a in sorted(f.args, key=repr))
+    return f"({'or' if isinstance(f, Or) else 'and'} {args})"
+
+
+def z3_rules(var: Vars, facts: list[z3.BoolRef], skip: frozenset[int] = frozenset(),
+             index: dict[int, int] | None = None) -> RuleTable:
+    """Lower a guard graph node by node: bailouts and `divisor != 0` go to `facts`.
+
+    Bailouts whose node index is in `skip` (data-dependent ones) are left out.
+    """
+    current = {"i": -1}
+
+    def enter(node: Any) -> None:
+        current["i"] = (index or {}).get(id(node), -1)
+
+    def div(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        def rule(a: Any, b: Any) -> Any:
+            facts.append(b != 0)
+            return fn(a, b)
+        return rule
+
+    def bailout(b: Any, *, expect: bool) -> None:
+        if current["i"] not in skip:
+            facts.append(b if expect else z3.Not(b))
+
+    return RuleTable("z3", {
+        Op.INT_CONST: lambda *, val: z3.IntVal(val, var.ctx),
+        Op.BOOL_CONST: lambda *, val: z3.BoolVal(val, var.ctx),
+        Op.INT_PLACEHOLDER: lambda *, name: var(name),
+        Op.INT_ARG: lambda *, name: var(name),
+        Op.INT_ADD: lambda a, b: a + b,
+        Op.INT_SUB: lambda a, b: a - b,
+        Op.INT_MUL: lambda a, b: a * b,
+        Op.INT_FLOORDIV: div(semantics.floordiv),
+        Op.INT_MOD: div(semantics.mod),
+        Op.INT_EQ: lambda a, b: a == b,
+        Op.INT_NE: lambda a, b: a != b,
+        Op.INT_LT: lambda a, b: a < b,
+        Op.INT_LE: lambda a, b: a <= b,
+        Op.INT_GT: lambda a, b: a > b,
+        Op.INT_GE: lambda a, b: a >= b,
+        Op.BOOL_NOT: z3.Not,
+        Op.BOOL_AND: lambda a, b: z3.And(a, b),
+        Op.BOOL_OR: lambda a, b: z3.Or(a, b),
+        Op.BOOL_BAILOUT: bailout,
+        Op.BOOL_OPAQUE: lambda *, name: z3.Bool(f"__value_{name}", var.ctx),
+    }, enter)
+
+
+def graph_to_z3(graph: Graph, var: Vars) -> z3.BoolRef:
+    """The exact acceptance condition of a guard graph: all shape bailouts hold, no division by 0."""
+    from guardsolve.guards.shape import value_bailouts
+
+    facts: list[z3.BoolRef] = []
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    interpret(graph, z3_rules(var, facts, frozenset(value_bailouts(graph)), index))
+    return z3.And(facts) if facts else z3.BoolVal(True, var.ctx)
+
+
+class Vars:
+    """z3 integer variables by dim name, all in one context."""
+
+    def __init__(self, ctx: z3.Context | None = None):
+        self.ctx = ctx if ctx is not None else z3.main_ctx()
+        self._cache: dict[str, z3.ArithRef] = {}
+
+    def __call__(self, name: str) -> z3.ArithRef:
+        if name not in self._cache:
+            self._cache[name] = z3.Int(name, self.ctx)
+        return self._cache[name]
+
+
+def z3_vars(ctx: z3.Context | None = None) -> Vars:
+    return Vars(ctx)
+
+
+@dataclass
+class ReduceResult:
+    kept: list[int]
+    removed: list[int]
+    undecided: list[str] = field(default_factory=list)
+
+
+def reduce_component(formulas: Sequence[Formula], sizes: set[str], timeout_ms: int,
+                     labels: Sequence[str], unsat_labels: Callable[[list[int]], Exception],
+                     background: Sequence[Formula] = (), ctx: z3.Context | None = None) -> ReduceResult:
+    """Greedily drop each formula implied by the others (plus `size >= 0` and `background`).
+
+    The order of `formulas` is the order in which removal is tried. Pass one `ctx` for many
+    components: creating a z3 context costs more than solving a small component.
+    """
+    ctx = ctx if ctx is not None else z3.Context()
+    var = z3_vars(ctx)
+    s = z3.Solver(ctx=ctx)
+    s.set("timeout", int(timeout_ms))
+    dims = set().union(*(f.dims() for f in formulas)) if formulas else set()
+    # NOTE: one SMT-LIB text for the whole component: one parser call instead of thousands of
+    # API calls, which cost more than solving a small component.
+    text = [semantics.SMTLIB_DEFS]
+    text += [f"(declare-fun {_sym(d)} () Int)" for d in sorted(dims)]
+    text += [f"(assert (>= {_sym(d)} 0))" for d in sorted(dims & sizes)]
+    text += [f"(assert {formula_to_smtlib(f)})" for f in background]
+    for i, f in enumerate(formulas):
+        zf = formula_to_smtlib(f)
+        text.append(f"(declare-fun |__keep_{i}| () Bool)(declare-fun |__neg_{i}| () Bool)"
+                    f"(assert (=> |__keep_{i}| {zf}))(assert (=> |__neg_{i}| (not {zf})))")
+    s.from_string("".join(text))
+    track = [z3.Bool(f"__keep_{i}", ctx) for i in range(len(formulas))]
+    neg = [z3.Bool(f"__neg_{i}", ctx) for i in range(len(formulas))]
+    res = s.check(*track)
+    if res == z3.unsat:
+        core = {str(c) for c in s.unsat_core()}
+        raise unsat_labels([i for i in range(len(formulas)) if str(track[i]) in core])
+    undecided: list[str] = []
+    if res == z3.unknown:
+        undecided.append(f"satisfiability of {{{', '.join(labels)}}}: {s.reason_unknown()}")
+    active = set(range(len(formulas)))
+    removed: list[int] = []
+    witnesses = None
+    if res == z3.sat:
+        m = s.model()
+        point = {d: m.eval(var(d), model_completion=True).as_long() for d in dims}
+        witnesses = Witnesses(formulas, background, sizes, point)
+    for i in range(len(formulas)):
+        if witnesses is not None and witnesses.find(i, active) is not None:
+            continue  # NOTE: a concrete point proves `formulas[i]` irredundant; no solver call
+        others = [track[j] for j in sorted(active) if j != i]
+        r = s.check(*others, neg[i])
+        if r == z3.unsat:
+            active.discard(i)
+            removed.append(i)
+        elif r == z3.unknown:
+            undecided.append(f"is `{labels[i]}` implied by the rest? solver said unknown ({s.reason_unknown()})")
+    return ReduceResult(sorted(active), removed, undecided)
+
+
+def implies(premises: Sequence[z3.BoolRef], goal: z3.BoolRef, timeout_ms: int,
+            ctx: z3.Context | None = None) -> tuple[z3.CheckSatResult, Mapping[str, int]]:
+    """Does `premises` entail `goal`? Returns (unsat means yes, counterexample model)."""
+    s = z3.Solver(ctx=ctx) if ctx is not None else z3.Solver()
+    s.set("timeout", int(timeout_ms))
+    s.add(*premises)
+    s.add(z3.Not(goal))
+    r = s.check()
+    model: dict[str, int] = {}
+    if r == z3.sat:
+        m = s.model()
+        model = {d.name(): m[d].as_long() for d in m.decls() if z3.is_int_value(m[d])}
+    return r, model
+

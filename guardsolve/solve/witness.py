@@ -1,0 +1,206 @@
+"""Concrete witnesses of irredundancy: settle most of z3's per-constraint questions with one point.
+
+A constraint is irredundant when some integer point satisfies all the others and violates it.
+Starting from a model of the whole set, moving one dim to where the constraint's boundary lies
+usually finds such a point, and each point found replaces a solver call. A point is checked with
+Python's own arithmetic, which is the guards' semantics, so it proves irredundancy exactly; when
+no point is found the caller asks z3.
+
+>>> from guardsolve.guards.expr import Poly, rel
+>>> x0, x1 = Poly.var("x0"), Poly.var("x1")
+>>> fs = [rel("le", x0, x1), rel("le", x1, Poly.const(5)), rel("le", x0, Poly.const(5))]
+>>> w = Witnesses(fs, [], {"x0", "x1"}, {"x0": 2, "x1": 2})
+>>> p = w.find(0, {0, 1, 2}); p["x0"] > p["x1"] and p["x1"] <= 5 and p["x0"] <= 5
+True
+>>> w.find(2, {0, 1, 2}) is None     # x0 <= 5 follows from the others: no point exists
+True
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+from guardsolve.guards.expr import Div, Formula, Poly, Rel, negate
+from guardsolve.solve.constraint import DimOrder, render_formula
+
+
+def _holds(fn: Callable[[], object]) -> bool | None:
+    """A compiled formula's truth at the current point; None where it divides by zero."""
+    try:
+        return bool(fn())
+    except ZeroDivisionError:
+        return None
+
+
+def poly_value(p: Poly, point: Mapping[str, int]) -> int:
+    """`p` at `point`, with Python's `//` and `%` (raises ZeroDivisionError like the guards)."""
+    total = 0
+    for m, c in p.terms:
+        for a in m:
+            if isinstance(a, str):
+                c *= point[a]
+            else:
+                num, den = poly_value(a.num, point), poly_value(a.den, point)
+                c *= num // den if a.kind == "floordiv" else num % den
+        total += c
+    return total
+
+
+def _coefficient(p: Poly, d: str, point: Mapping[str, int]) -> int | None:
+    """c when `p` is `c*d + (terms without d)` at `point`; None when d occurs otherwise."""
+    c = 0
+    for m, k in p.terms:
+        if any(isinstance(a, Div) and d in a.dims() for a in m):
+            return None
+        if d not in m:
+            continue
+        rest = list(m)
+        rest.remove(d)
+        if d in rest:
+            return None
+        c += k * poly_value(Poly.of({tuple(rest): 1}), point)
+    return c or None
+
+
+def _boundary(f: Formula, d: str, point: Mapping[str, int]) -> Iterator[int]:
+    """Values of `d` that make a linear `f` false, the others held at `point`."""
+    if not isinstance(f, Rel):
+        return
+    try:
+        c = _coefficient(f.poly, d, point)
+        if c is None:
+            return
+        r = poly_value(f.poly, point) - c * point[d]
+    except ZeroDivisionError:
+        return
+    if f.op == "le":  # want c*x + r > 0
+        yield (-r) // c + 1 if c > 0 else -((-r) // -c) - 1
+    elif f.op == "ne" and r % c == 0:  # want c*x + r == 0
+        yield -r // c
+
+
+class Witnesses:
+    """Searches points near one model of all `formulas` (plus `extra` and `size >= 0`).
+
+    `find(i, active)` returns a point where formula i is false and every other formula in
+    `active` true, or None.
+    """
+
+    def __init__(self, formulas: Sequence[Formula], extra: Iterable[Formula], sizes: set[str],
+                 model: Mapping[str, int]):
+        self.formulas = list(formulas)
+        extra = list(extra)
+        self.sizes = sizes
+        # NOTE: one compile for the component: each formula is a lambda over the dims, which it
+        # reads as globals from `self.env`, so a one-dim move is one dict store.
+        self.env: dict[str, object] = {"__builtins__": {}, **model}
+        src = ", ".join(f"lambda: ({render_formula(f, DimOrder([]))})" for f in self.formulas + extra)
+        fns = eval(compile(f"({src},)", "<witness>", "eval"), self.env)  # noqa: S307 - our own source
+        self.fns: list[Callable[[], object]] = list(fns[:len(self.formulas)])
+        self.users: dict[str, list[int]] = {}
+        for i, f in enumerate(self.formulas):
+            for d in f.dims():
+                self.users.setdefault(d, []).append(i)
+        self.extra: dict[str, list[Callable[[], object]]] = {}
+        for f, fn in zip(extra, fns[len(self.formulas):]):
+            for d in f.dims():
+                self.extra.setdefault(d, []).append(fn)
+        self._spread()
+
+    @property
+    def model(self) -> dict[str, int]:
+        return {d: v for d, v in self.env.items() if d != "__builtins__"}  # type: ignore[misc]
+
+    def _others_hold(self, d: str, skip: int, active: set[int] | None) -> bool:
+        """Do the formulas over `d` (in `active`, but not `skip`) and the extras hold here?"""
+        return all(_holds(self.fns[j]) for j in self.users.get(d, ()) if j != skip and (active is None or j in active)) \
+            and all(_holds(fn) for fn in self.extra.get(d, ()))
+
+    def _spread(self) -> None:
+        """Move each dim away from the others while every constraint holds.
+
+        Solver models sit on boundaries and reuse small values (`x = y = 0`); from such a point
+        one-dim moves break several constraints at once. A spread-out point breaks one.
+        """
+        env = self.env
+        top = max([abs(v) for d, v in env.items() if d != "__builtins__"] + [1])  # type: ignore[arg-type]
+        for k, d in enumerate(sorted(self.users)):
+            here = env[d]
+            for v in (here + 3 * top + 7 * k + 5, here + 7 + k, here + 1):  # type: ignore[operator]
+                env[d] = v
+                if self._others_hold(d, -1, None):
+                    break
+            else:
+                env[d] = here
+
+    def _candidates(self, i: int, d: str) -> list[int]:
+        f, model = self.formulas[i], self.model
+        here = model[d]
+        values = list(_boundary(f, d, model))
+        values += [here + 1, here - 1, here + 2, here - 2]
+        values += [model[e] + k for e in sorted(f.dims()) if e != d for k in (0, 1, -1)]
+        values += [0, 1, 2]
+        seen: set[int] = {here}
+        out = []
+        for v in values:
+            if v not in seen and (v >= 0 or d not in self.sizes):
+                seen.add(v)
+                out.append(v)
+        return out
+
+    def _broken(self, d: str, skip: int, active: set[int]) -> list[int] | None:
+        """Active formulas over `d` (not `skip`) false here; None if an extra fails or one divides by 0."""
+        out = []
+        for j in self.users.get(d, ()):
+            if j != skip and j in active:
+                ok = _holds(self.fns[j])
+                if ok is None:
+                    return None
+                if not ok:
+                    out.append(j)
+        return out if all(_holds(fn) for fn in self.extra.get(d, ())) else None
+
+    def _repair(self, i: int, d: str, broken: list[int], active: set[int]) -> bool:
+        """Move one more dim (not `d`) so that the `broken` formulas hold again, `formulas[i]` still false."""
+        env = self.env
+        dims = sorted(set().union(*(self.formulas[j].dims() for j in broken)) - {d})
+        for e in dims:
+            here = env[e]
+            values = [v for j in broken for v in _boundary(negate(self.formulas[j]), e, self.model)]
+            values += [here + 1, here - 1, here + 2, here - 2, 2 * abs(here) + 11]
+            for v in values:
+                if v == here or (v < 0 and e in self.sizes):
+                    continue
+                env[e] = v
+                if _holds(self.fns[i]) is False and self._others_hold(e, i, active) and \
+                        self._others_hold(d, i, active):
+                    return True
+            env[e] = here
+        return False
+
+    def find(self, i: int, active: set[int]) -> dict[str, int] | None:
+        env = self.env
+        saved = dict(env)
+        repairs: list[tuple[str, int, list[int]]] = []
+        try:
+            for d in sorted(self.formulas[i].dims()):
+                here = env[d]
+                for v in self._candidates(i, d):
+                    env[d] = v
+                    if _holds(self.fns[i]) is not False:
+                        continue
+                    broken = self._broken(d, i, active)
+                    if broken == []:
+                        return self.model
+                    if broken is not None and len(broken) <= 2 and len(repairs) < 8:
+                        repairs.append((d, v, broken))
+                env[d] = here
+            # NOTE: no one-dim move works: try moving a second dim to fix what the first broke.
+            for d, v, broken in repairs:
+                env[d] = v
+                if self._repair(i, d, broken, active):
+                    return self.model
+                env.update(saved)
+            return None
+        finally:
+            env.update(saved)

@@ -1,0 +1,104 @@
+"""Random guard graphs over every guard op, for property tests and benchmarks.
+
+Bailouts expect the value seen at a random "trace-time" assignment, as a real trace would,
+so the graph is satisfiable unless `flip` asks for some expectations to be inverted.
+
+>>> import random
+>>> g = random_guard_graph(random.Random(0), n_bailouts=3)
+>>> sum(1 for n in g if n.op is Op.BOOL_BAILOUT)
+3
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.ops import Op
+
+_CMP = [Op.INT_EQ, Op.INT_NE, Op.INT_LT, Op.INT_LE, Op.INT_GT, Op.INT_GE]
+_PY: dict[Op, Callable[[Any, Any], Any]] = {
+    Op.INT_ADD: lambda a, b: a + b, Op.INT_SUB: lambda a, b: a - b, Op.INT_MUL: lambda a, b: a * b,
+    Op.INT_FLOORDIV: lambda a, b: a // b, Op.INT_MOD: lambda a, b: a % b,
+    Op.INT_EQ: lambda a, b: a == b, Op.INT_NE: lambda a, b: a != b, Op.INT_LT: lambda a, b: a < b,
+    Op.INT_LE: lambda a, b: a <= b, Op.INT_GT: lambda a, b: a > b, Op.INT_GE: lambda a, b: a >= b,
+    Op.BOOL_AND: lambda a, b: a and b, Op.BOOL_OR: lambda a, b: a or b,
+}
+
+
+class _Builder:
+    def __init__(self, rng: random.Random, dims: dict[str, int], nonlinear: bool):
+        self.rng, self.dims, self.nonlinear = rng, dims, nonlinear
+        self.g = Graph()
+        self.val: dict[str, Any] = {}
+
+    def emit(self, op: Op, inputs: tuple[str, ...], value: Any, **params: Any) -> str:
+        name = self.g.emit(op, inputs, **params)
+        self.val[name] = value
+        return name
+
+    def const(self, lo: int = 0, hi: int = 4) -> str:
+        v = self.rng.randint(lo, hi)
+        return self.emit(Op.INT_CONST, (), v, val=v)
+
+    def int_expr(self, depth: int) -> str:
+        r = self.rng.random()
+        if depth <= 0 or r < 0.5:
+            name = self.rng.choice(list(self.dims))
+            return name
+        if r < 0.6:
+            return self.const()
+        ops = [Op.INT_ADD, Op.INT_SUB] + ([Op.INT_MUL, Op.INT_FLOORDIV, Op.INT_MOD] if self.nonlinear else [])
+        op = self.rng.choice(ops)
+        a = self.int_expr(depth - 1)
+        if op in (Op.INT_FLOORDIV, Op.INT_MOD):
+            b = self.const(1, 4) if self.rng.random() < 0.7 else self.int_expr(0)
+            if self.val[b] == 0:
+                b = self.const(1, 4)
+        else:
+            b = self.int_expr(depth - 1) if self.rng.random() < 0.6 else self.const()
+        return self.emit(op, (a, b), _PY[op](self.val[a], self.val[b]))
+
+    def bool_expr(self, depth: int) -> str:
+        r = self.rng.random()
+        if depth > 0 and r < 0.15:
+            a = self.bool_expr(depth - 1)
+            return self.emit(Op.BOOL_NOT, (a,), not self.val[a])
+        if depth > 0 and r < 0.3:
+            op = self.rng.choice([Op.BOOL_AND, Op.BOOL_OR])
+            a, b = self.bool_expr(depth - 1), self.bool_expr(depth - 1)
+            return self.emit(op, (a, b), _PY[op](self.val[a], self.val[b]))
+        if depth > 0 and r < 0.33:
+            v = self.rng.random() < 0.5
+            return self.emit(Op.BOOL_CONST, (), v, val=v)
+        op = self.rng.choice(_CMP)
+        a = self.int_expr(1)
+        b = self.int_expr(1) if self.rng.random() < 0.6 else self.const(0, 5)
+        return self.emit(op, (a, b), _PY[op](self.val[a], self.val[b]))
+
+
+def random_guard_graph(rng: random.Random, *, n_bailouts: int = 6, tensors: int = 2, rank: int = 2,
+                       int_args: int = 1, nonlinear: bool = True, flip: float = 0.0,
+                       max_size: int = 6) -> Graph:
+    """A guard graph over dims `a0, a1, b0, ...` (and int args `n0`, ...)."""
+    dims: dict[str, int] = {}
+    pool = [rng.randint(0, max_size) for _ in range(3)]
+    b = _Builder(rng, dims, nonlinear)
+    for t in range(tensors):
+        for d in range(rank):
+            name = f"{'abcdefgh'[t]}{d}"
+            dims[name] = rng.choice(pool) if rng.random() < 0.6 else rng.randint(0, max_size)
+            b.emit(Op.INT_PLACEHOLDER, (), dims[name], name=name)
+    for i in range(int_args):
+        name = f"n{i}"
+        dims[name] = rng.randint(-3, 3)
+        b.emit(Op.INT_ARG, (), dims[name], name=name)
+    for _ in range(n_bailouts):
+        x = b.bool_expr(2)
+        expect = bool(b.val[x])
+        if rng.random() < flip:
+            expect = not expect
+        b.g.emit(Op.BOOL_BAILOUT, (x,), expect=expect)
+    b.g.meta["trace_dims"] = dict(dims)
+    return b.g

@@ -1,0 +1,121 @@
+"""Compile a tensor trace into straight-line Python over torch ops (no per-node interpretation).
+
+Shape bailouts are left out: a cache entry runs only after its minimal GuardSet accepted the
+inputs, which is exactly when every shape bailout holds. Value bailouts (tensor data) stay.
+Int/size nodes are emitted only when a tensor op or the output needs them.
+
+>>> import torch, guardsolve
+>>> t = guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4))
+>>> print(replay_source(t.graph, t.out_spec))
+def replay(a, b):
+    v0 = k_v0(a, b)
+    return v0
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Callable, Mapping
+
+from guardsolve.errors import GuardFailure
+from guardsolve.guards.shape import value_bailouts
+from guardsolve.ir.concrete import TENSOR_RULES
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.node import Node
+from guardsolve.ir.ops import Op
+
+_INT_EXPR: Mapping[Op, str] = {
+    Op.INT_ADD: "{0} + {1}", Op.INT_SUB: "{0} - {1}", Op.INT_MUL: "{0} * {1}", Op.INT_FLOORDIV: "{0} // {1}",
+    Op.INT_MOD: "{0} % {1}", Op.INT_EQ: "{0} == {1}", Op.INT_NE: "{0} != {1}", Op.INT_LT: "{0} < {1}",
+    Op.INT_LE: "{0} <= {1}", Op.INT_GT: "{0} > {1}", Op.INT_GE: "{0} >= {1}", Op.BOOL_NOT: "not {0}",
+    Op.BOOL_AND: "{0} and {1}", Op.BOOL_OR: "{0} or {1}", Op.SIZE_INDEX: "{0}[{index}]",
+    Op.VAR_SIZE: "{0}.shape", Op.INT_CONST: "{val}", Op.BOOL_CONST: "{val}",
+}
+
+
+def _live(graph: Graph, roots: set[str], keep: set[int]) -> set[str]:
+    """Names needed by tensor ops, kept bailouts and the output."""
+    need = set(roots)
+    for i in range(len(graph.nodes) - 1, -1, -1):
+        n = graph.nodes[i]
+        if i in keep or (n.outputs and n.outputs[0] in need):
+            need.update(n.inputs)
+    return need
+
+
+def _refs(spec: Any) -> set[str]:
+    from guardsolve.trace.tracer import Ref
+
+    if isinstance(spec, Ref):
+        return {spec.name}
+    if isinstance(spec, (tuple, list)):
+        return set().union(*(_refs(x) for x in spec)) if spec else set()
+    if isinstance(spec, dict):
+        return set().union(*(_refs(x) for x in spec.values())) if spec else set()
+    return set()
+
+
+def _spec_source(spec: Any, consts: dict[str, Any]) -> str:
+    from guardsolve.trace.tracer import Ref
+
+    if isinstance(spec, Ref):
+        return spec.name
+    if isinstance(spec, tuple):
+        return "(" + "".join(_spec_source(x, consts) + ", " for x in spec) + ")"
+    if isinstance(spec, list):
+        return "[" + ", ".join(_spec_source(x, consts) for x in spec) + "]"
+    if isinstance(spec, dict):
+        return "{" + ", ".join(f"{k!r}: {_spec_source(x, consts)}" for k, x in spec.items()) + "}"
+    name = f"out_const{len(consts)}"
+    consts[name] = spec
+    return name
+
+
+def _lines(graph: Graph, out_spec: Any) -> tuple[list[str], dict[str, Any]]:
+    values = value_bailouts(graph)
+    tensors = {i for i, n in enumerate(graph.nodes) if n.op in TENSOR_RULES and n.op is not Op.VAR_SIZE}
+    need = _live(graph, _refs(out_spec), values | tensors)
+    ns: dict[str, Any] = {}
+    body: list[str] = []
+    for i, n in enumerate(graph.nodes):
+        if n.op in (Op.VAR_PLACEHOLDER, Op.INT_ARG, Op.VAR_PARAM, Op.INT_PLACEHOLDER):
+            continue
+        if n.op is Op.BOOL_BAILOUT:
+            if i in values:
+                ns[f"fail_{i}"] = partial(_fail, n)
+                body.append(f"if bool({n.inputs[0]}) != {n.params['expect']}: fail_{i}()")
+            continue
+        if not n.outputs or n.outputs[0] not in need:
+            continue
+        out = n.outputs[0]
+        if n.op in _INT_EXPR:
+            body.append(f"{out} = " + _INT_EXPR[n.op].format(*n.inputs, **n.params))
+        elif n.op is Op.SIZE_CTOR:
+            body.append(f"{out} = (" + "".join(f"{x}, " for x in n.inputs) + ")")
+        else:
+            ns[f"k_{out}"] = partial(TENSOR_RULES[n.op], **n.params) if n.params else TENSOR_RULES[n.op]
+            body.append(f"{out} = k_{out}({', '.join(n.inputs)})")
+    body.append(f"return {_spec_source(out_spec, ns)}")
+    return body, ns
+
+
+def _fail(node: Node) -> None:
+    raise GuardFailure(node.params["expect"]).at(node)
+
+
+def replay_source(graph: Graph, out_spec: Any) -> str:
+    params = [n.params["name"] for n in graph.placeholders()]
+    body, _ = _lines(graph, out_spec)
+    return "\n".join([f"def replay({', '.join(params)}):"] + [f"    {b}" for b in body])
+
+
+def compile_replay(graph: Graph, out_spec: Any, constants: Mapping[str, Any]) -> Callable[..., Any]:
+    """A Python function running the trace on new inputs (its parameters: the trace's inputs)."""
+    params = [n.params["name"] for n in graph.placeholders()]
+    body, ns = _lines(graph, out_spec)
+    src = "\n".join([f"def replay({', '.join(params)}):"] + [f"    {b}" for b in body])
+    ns.update(constants)
+    exec(compile(src, "<guardsolve replay>", "exec"), ns)
+    fn = ns["replay"]
+    fn.__source__ = src
+    return fn

@@ -1,0 +1,121 @@
+"""The package layout: one folder per pipeline stage, imports acyclic and pointing downward.
+
+The import graph is read with `ast`, so it counts every import, also those inside functions;
+only `if TYPE_CHECKING:` blocks are skipped (they never run, so they cannot form a cycle).
+"""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).parent.parent / "guardsolve"
+
+# Each stage may import its own modules and those of stages with a LOWER level, nothing else.
+# NOTE: this is import order, not pipeline order: `Trace.guard_graph()` and replay's value
+# bailouts use guards/, so guards sits below trace; `simplify()` accepts a `Trace`, so trace sits
+# below solve; the `guarded()` cache ties trace, solve and replay together above both.
+LEVEL = {
+    "errors": 0,   # errors.py: the exception hierarchy
+    "ir": 1,       # ir/: ops, Node/Graph, text form, the walker, concrete rules
+    "guards": 2,   # guards/: guard_graph, normal form, Python-vs-z3 semantics
+    "trace": 3,    # trace/: traced tensor, guarded ints, tracer, torch rules, replay
+    "solve": 4,    # solve/: union-find, ordering, z3, witnesses, simplify, GuardSet
+    "cache": 5,    # cache.py: guarded()
+    "cli": 6,      # cli/: the command line and its reports
+    "testing": 6,  # testing.py: random guard graphs for tests and benchmarks
+    "api": 7,      # guardsolve/__init__.py (the public API) and __main__.py
+}
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def stage(module: str) -> str:
+    parts = module.split(".")
+    return "api" if len(parts) == 1 or parts[1] == "__main__" else parts[1]
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imports_of(source: str, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """The guardsolve modules that `source` (module `module`) imports, anywhere in the file."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            for a in node.names:
+                if f"{base}.{a.name}" in known:  # `from guardsolve.ir import kernels`
+                    found.add(f"{base}.{a.name}")
+                elif base in known:
+                    found.add(base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source))
+    return found - {module}
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    known = set(paths)
+    return {m: imports_of(p.read_text(), m, p.name == "__init__.py", known) for m, p in paths.items()}
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{m} ({stage(m)}) imports {d} ({stage(d)})" for m, deps in sorted(graph.items())
+            for d in sorted(deps) if stage(d) != stage(m) and LEVEL[stage(d)] >= LEVEL[stage(m)]]
+
+
+def test_every_module_belongs_to_a_stage() -> None:
+    assert {m: stage(m) for m in import_graph() if stage(m) not in LEVEL} == {}
+
+
+def test_import_graph_is_acyclic() -> None:
+    try:
+        graphlib.TopologicalSorter(import_graph()).prepare()
+    except graphlib.CycleError as e:
+        # NOTE: graphlib lists each module before one that imports it; reversed, each imports the next.
+        pytest.fail("import cycle: " + " imports ".join(reversed(e.args[1])))
+
+
+def test_stages_import_only_downward() -> None:
+    upward = upward_imports(import_graph())
+    assert not upward, "imports that point up the stage order:\n" + "\n".join(upward)
+
+
+def test_the_check_sees_imports_inside_functions_but_not_type_checking_blocks() -> None:
+    known = {"guardsolve.errors", "guardsolve.ir", "guardsolve.ir.graph", "guardsolve.ir.kernels",
+             "guardsolve.solve.simplify"}
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from guardsolve.ir import kernels\n"
+        "from . import graph\n"
+        "if TYPE_CHECKING:\n"
+        "    from guardsolve.errors import GraphError\n"
+        "def f():\n"
+        "    from guardsolve.solve.simplify import simplify\n"
+    )
+    deps = imports_of(source, "guardsolve.ir.concrete", False, known)
+    assert deps == {"guardsolve.ir.kernels", "guardsolve.ir.graph", "guardsolve.solve.simplify"}
+    assert upward_imports({"guardsolve.ir.concrete": deps}) == [
+        "guardsolve.ir.concrete (ir) imports guardsolve.solve.simplify (solve)"]
