@@ -12,7 +12,7 @@ from guardsolve.ir.graph import Graph
 from guardsolve.ir.node import Node, SourceLoc
 from guardsolve.ir.ops import Op, Type
 from guardsolve.ir.printer import print_guards
-from guardsolve.trace.tensor import DataDependentError
+from guardsolve.errors import DataDependentError
 from guardsolve.trace.tracer import Trace, trace
 
 __all__ = [

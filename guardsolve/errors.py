@@ -60,15 +60,17 @@ class TraceError(GuardsolveError):
 
 
 class UnsupportedOpError(TraceError):
-    """The tracer met a torch function or tensor method it has no rule for."""
+    """PyTorch itself cannot trace an op symbolically (its shape rule fails over SymInts), or a
+    value guardsolve does not model reached one; names the op and the user's line."""
 
-    def __init__(self, name: str, supported: Sequence[str]):
-        super().__init__(
-            f"guardsolve cannot trace `{name}` yet; supported torch functions and methods: "
-            + ", ".join(sorted(supported))
-        )
-        self.name = name
-        self.supported = tuple(sorted(supported))
+    def __init__(self, op: str, reason: str, where: str = ""):
+        super().__init__(f"{op}: {reason}" + (f" — {where}" if where else ""))
+        self.op = op
+        self.reason = reason
+
+
+class DataDependentError(TraceError):
+    """Python looked at tensor data (`if x.sum() > 0`, `.item()`): shapes cannot guard that."""
 
 
 class GuardFailure(GuardsolveError):

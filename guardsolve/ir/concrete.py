@@ -3,7 +3,8 @@
 A bailout whose value differs from the one recorded raises `GuardFailure`, naming the
 bailout and the user source line:
 
->>> from guardsolve.ir.graph import Graph
+>>> from guardsolve.ir.aten import refs, resolve, substitute
+from guardsolve.ir.graph import Graph
 >>> g = Graph.parse("a0 = int_placeholder(name=a0)\\nb0 = int_placeholder(name=b0)\\n"
 ...                 "i0 = int_eq(a0, b0)\\nbool_bailout(i0, expect=True)")
 >>> run_concrete(g, {"a0": 4, "b0": 8})
@@ -15,13 +16,13 @@ guardsolve.errors.GuardFailure: guard failed: `bool_bailout(i0, expect=True)` ex
 from __future__ import annotations
 
 import operator
-from functools import partial
 from typing import Any, Callable, Mapping
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from guardsolve.errors import GuardFailure, InputMismatchError
-from guardsolve.ir import kernels
+from guardsolve.ir.aten import refs, resolve, substitute
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.interp import RuleTable, interpret
 from guardsolve.ir.ops import Op
@@ -53,30 +54,47 @@ def _bailout(b: bool, *, expect: bool) -> None:
         raise GuardFailure(expect)
 
 
-# NOTE: trace prims do not broadcast; the trace made every expand explicit.
+def _prim(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """A seed prim: both operands already have one shape (the trace expanded them)."""
+
+    def run(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if a.shape != b.shape:
+            raise ValueError(f"prim operands differ in shape: {list(a.shape)} and {list(b.shape)}")
+        return fn(a, b)
+
+    return run
+
+
+def compile_call(fn: str, args: Any, kwargs: Any) -> Callable[..., Any]:
+    """A function of the call's input values (in `refs` order) running the op on them; several
+    tensor outputs come back as a list."""
+    func = resolve(fn)
+    names = refs((args, kwargs))
+    template = (tuple(args), dict(kwargs))
+
+    def run(*values: Any) -> Any:
+        env = dict(zip(names, values))
+        a, k = substitute(template, env.__getitem__)
+        tensors = [x for x in tree_flatten(func(*a, **k))[0] if isinstance(x, torch.Tensor)]
+        return tensors[0] if len(tensors) == 1 else tensors
+
+    return run
+
+
+def call(*values: Any, fn: str, args: Any, kwargs: Any) -> Any:
+    """Run a recorded call on real values."""
+    return compile_call(fn, args, kwargs)(*values)
+
+
 TENSOR_RULES: Mapping[Op, Callable[..., Any]] = {
-    Op.VAR_ADD: partial(kernels.binary, fn="add"),
-    Op.VAR_SUB: partial(kernels.binary, fn="sub"),
-    Op.VAR_MUL: partial(kernels.binary, fn="mul"),
-    Op.VAR_DIV: partial(kernels.binary, fn="div"),
-    Op.VAR_BINARY: kernels.binary,
-    Op.VAR_UNARY: kernels.unary,
-    Op.VAR_SCALAR: kernels.scalar,
-    Op.VAR_WHERE: kernels.where,
-    Op.VAR_REDUCE: kernels.reduce,
-    Op.VAR_SOFTMAX: kernels.softmax,
-    Op.VAR_MATMUL: kernels.matmul,
-    Op.VAR_RESHAPE: kernels.reshape,
-    Op.VAR_PERMUTE: kernels.permute,
-    Op.VAR_CAT: kernels.cat,
-    Op.VAR_SLICE: kernels.slice_,
-    Op.VAR_SELECT: kernels.select,
-    Op.VAR_CONV2D: kernels.conv2d,
-    Op.VAR_LAYER_NORM: kernels.layer_norm,
-    Op.VAR_EMBEDDING: kernels.embedding,
-    Op.VAR_EXPAND: kernels.expand,
+    Op.VAR_ADD: _prim(torch.add),
+    Op.VAR_MUL: _prim(torch.mul),
+    Op.VAR_EXPAND: lambda a, size: a.expand(tuple(size)),
     Op.VAR_SIZE: lambda a: tuple(a.shape),
-    Op.VAR_TO_BOOL: kernels.to_bool,
+    Op.VAR_STRIDE: lambda a: tuple(a.stride()),
+    Op.VAR_STORAGE_OFFSET: lambda a: a.storage_offset(),
+    Op.VAR_TO_BOOL: lambda a: bool(a),
+    Op.ATEN: call,
 }
 
 
@@ -88,14 +106,14 @@ def concrete_rules(inputs: Mapping[str, Any]) -> RuleTable:
             raise InputMismatchError(f"no value given for input {name!r}")
         return inputs[name]
 
-    def var_placeholder(*, name: str, rank: int) -> torch.Tensor:
+    def var_placeholder(*, name: str, rank: int, **example: Any) -> torch.Tensor:
         t = lookup(name)
         if not isinstance(t, torch.Tensor) or t.dim() != rank:
             got = f"rank {t.dim()}" if isinstance(t, torch.Tensor) else type(t).__name__
             raise InputMismatchError(f"input {name!r} must be a rank-{rank} tensor, got {got}")
         return t
 
-    def var_param(*, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+    def var_param(*, name: str, shape: tuple[int, ...], dtype: str | None = None) -> torch.Tensor:
         t = lookup(name)
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
             raise InputMismatchError(f"constant {name!r} must be a tensor of shape {list(shape)}")
@@ -106,7 +124,7 @@ def concrete_rules(inputs: Mapping[str, Any]) -> RuleTable:
         **TENSOR_RULES,
         Op.BOOL_BAILOUT: _bailout,
         Op.INT_PLACEHOLDER: lambda *, name: lookup(name),
-        Op.INT_ARG: lambda *, name: lookup(name),
+        Op.INT_ARG: lambda *, name, val=None: lookup(name),
         Op.VAR_PLACEHOLDER: var_placeholder,
         Op.VAR_PARAM: var_param,
         Op.BOOL_OPAQUE: lambda *, name: lookup(name),

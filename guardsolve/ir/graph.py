@@ -20,7 +20,8 @@ from guardsolve.errors import (
     UseBeforeDefinitionError,
 )
 from guardsolve.ir.node import Node
-from guardsolve.ir.ops import SPECS, Ints, Number, Op, Type
+from guardsolve.ir.aten import resolve
+from guardsolve.ir.ops import SPECS, Args, Ints, Kwargs, Number, Op, OpName, Type
 from guardsolve.ir.parse import parse_nodes
 
 # NOTE: the prefix of fresh names by result type follows the notebook: bools share `i` with ints.
@@ -120,7 +121,8 @@ class Graph:
         return types
 
 
-_PARAM_NAMES = {bool: "a bool", int: "an int", str: "a name", Ints: "a list of ints", Number: "a number"}
+_PARAM_NAMES = {bool: "a bool", int: "an int", str: "a name", Ints: "a list of ints", Number: "a number",
+                OpName: "an op overload (ns.op.overload)", Args: "a tuple of arguments", Kwargs: "a dict of arguments"}
 
 
 def _param_ok(v: Any, t: type) -> bool:
@@ -130,6 +132,12 @@ def _param_ok(v: Any, t: type) -> bool:
         return type(v) in (int, float)
     if t is str:
         return isinstance(v, str) and v.isidentifier()
+    if t is OpName:
+        return isinstance(v, str)
+    if t is Args:
+        return isinstance(v, tuple)
+    if t is Kwargs:
+        return isinstance(v, dict)
     return type(v) is t
 
 
@@ -138,28 +146,41 @@ def _check_node(n: Node, i: int, types: Mapping[str, Type], defined_at: Mapping[
         raise UnknownOpError(f"unknown op {n.op!r}", n, i)
     spec = SPECS[n.op]
     fixed = len(spec.inputs)
-    if len(n.inputs) != fixed and not (spec.variadic is not None and len(n.inputs) >= fixed):
+    if len(n.inputs) != fixed and not spec.any_inputs and not (spec.variadic is not None and len(n.inputs) >= fixed):
         want = f"at least {fixed}" if spec.variadic is not None else str(fixed)
         raise ArityError(f"{n.op} takes {want} inputs, got {len(n.inputs)}", n, i)
-    if set(n.params) != set(spec.params):
-        raise ArityError(f"{n.op} takes params {sorted(spec.params)}, got {sorted(n.params)}", n, i)
-    for k, t in spec.params.items():
-        v = n.params[k]
+    given, required = set(n.params), set(spec.params)
+    if not required <= given or not given <= required | set(spec.optional):
+        raise ArityError(f"{n.op} takes params {sorted(spec.params)}"
+                         + (f" (optional {sorted(spec.optional)})" if spec.optional else "")
+                         + f", got {sorted(n.params)}", n, i)
+    for k, v in n.params.items():
+        t = spec.params.get(k) or spec.optional[k]
         if not _param_ok(v, t):
             raise TypeMismatchError(f"param {k}={v!r} should be {_PARAM_NAMES.get(t, t.__name__)}", n, i)
-        allowed = spec.choices.get(k)
-        if allowed is not None and v not in allowed:
-            raise TypeMismatchError(f"param {k}={v!r} is not one of {', '.join(sorted(allowed))}", n, i)
-    want_out = 0 if spec.result is None else 1
-    if len(n.outputs) != want_out:
-        raise ArityError(f"{n.op} has {want_out} outputs, got {len(n.outputs)}", n, i)
+    if n.op is Op.ATEN:
+        resolve_at(n, i)
+    elif len(n.outputs) != (0 if spec.result is None else 1):
+        raise ArityError(f"{n.op} has {0 if spec.result is None else 1} outputs, got {len(n.outputs)}", n, i)
     for pos, name in enumerate(n.inputs):
         if name not in types:
             if name in defined_at:
                 raise UseBeforeDefinitionError(f"{name!r} is used before node {defined_at[name]} defines it", n, i)
             raise UndefinedNameError(f"{name!r} is not defined", n, i)
         typ = spec.inputs[pos] if pos < fixed else spec.variadic
+        if spec.any_inputs:
+            if types[name] is Type.SIZE:
+                raise TypeMismatchError(f"input {pos} ({name}) is a size; a call takes its ints", n, i)
+            continue
         if types[name] is not typ:
             expected = typ.value if typ is not None else "?"
             raise TypeMismatchError(f"input {pos} ({name}) should be {expected}, found {types[name].value}", n, i)
     return {o: spec.result for o in n.outputs} if spec.result is not None else {}
+
+
+def resolve_at(n: Node, i: int) -> None:
+    """A call names a real op overload; otherwise `UnknownOpError` names the node."""
+    try:
+        resolve(n.params["fn"])
+    except UnknownOpError as e:
+        raise UnknownOpError(str(e), n, i) from None

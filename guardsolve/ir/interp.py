@@ -56,6 +56,8 @@ def interpret(graph: Graph, table: RuleTable, env: dict[str, Any] | None = None,
             raise InterpretError(
                 f"{table.name} rule failed while executing node {i} `{node}`{at}: {type(e).__name__}: {e}"
             ) from e
-        if node.outputs:
+        if len(node.outputs) == 1:
             env[node.outputs[0]] = out
+        elif node.outputs:  # NOTE: a call returning several tensors binds one name each
+            env.update(zip(node.outputs, out))
     return env

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from guardsolve.ir.aten import render_call
 from guardsolve.ir.ops import Op
 
 
@@ -50,6 +51,8 @@ class Node:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __str__(self) -> str:
+        if self.op is Op.ATEN:
+            return render_call(self.outputs, self.params["fn"], self.params["args"], self.params["kwargs"])
         outs = ", ".join(self.outputs)
         args = list(self.inputs) + [f"{k}={format_param(v)}" for k, v in self.params.items()]
         return (f"{outs} = " if outs else "") + f"{self.op}({', '.join(args)})"

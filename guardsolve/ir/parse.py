@@ -9,17 +9,24 @@ Blank lines and `#` comments are ignored.
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any, Iterator
 
-from guardsolve.errors import ParseError
+import torch
+
+from guardsolve.errors import ParseError, UnknownOpError
+from guardsolve.ir.aten import Ref, refs, resolve
 from guardsolve.ir.node import Node
-from guardsolve.ir.ops import SPECS, Ints, Number, lookup
+from guardsolve.ir.ops import SPECS, Args, Ints, Kwargs, Number, Op, OpName, lookup
 
 _TOKEN = re.compile(
     r"\s*(?:(?P<float>-?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|inf|nan))"
     r"|(?P<int>-?\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<punct>[=(),\[\]]))")
 
+
+# A call of a torch op: `v2 = aten.view.default(v0, [i3, -1])`, read by `parse_call`.
+_CALL = re.compile(r"\s*(?:[A-Za-z_][\w\s,]*=\s*)?[A-Za-z_]\w*\.[A-Za-z_]\w*\.")
 
 _ENFORCED = frozenset({"name", "int", "=", "(", ")", ",", "[", "]"})
 
@@ -62,7 +69,7 @@ def parse_nodes(text: str) -> Iterator[Node]:
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0]
         if line.strip():
-            yield _parse_line(_Line(line, lineno))
+            yield parse_call(line, lineno) if _CALL.match(line) else _parse_line(_Line(line, lineno))
 
 
 def _parse_line(cur: _Line) -> Node:
@@ -94,11 +101,12 @@ def _parse_line(cur: _Line) -> Node:
             nxt = cur.peek()
             if nxt is not None and nxt[1] == "=":
                 cur.next("=")
-                if word not in spec.params:
+                ptype = spec.params.get(word) or spec.optional.get(word)
+                if ptype is None:
                     raise cur.error(f"{op} has no param {word!r}", col)
                 if word in params:
                     raise cur.error(f"param {word!r} given twice", col)
-                params[word] = _param_value(cur, spec.params[word])
+                params[word] = _param_value(cur, ptype)
             elif params:
                 raise cur.error("positional input after a param", col)
             else:
@@ -146,3 +154,81 @@ def _param_value(cur: _Line, t: type) -> Any:
     if kind != "name":
         raise cur.error(f"expected a name, found {word!r}", col)
     return word
+
+
+def parse_call(text: str, lineno: int) -> Any:
+    """Read a call line back; `ParseError` names the line and column at fault."""
+    lhs, sep, rhs = text.partition("=")
+    if not sep or "(" in lhs:
+        lhs, rhs = "", text
+    outputs = tuple(o.strip() for o in lhs.split(",")) if lhs.strip() else ()
+    for o in outputs:
+        if not o.isidentifier():
+            raise ParseError(f"expected an output name, found {o!r}", lineno, 1, text)
+    offset = len(text) - len(rhs)
+    try:
+        tree = ast.parse(rhs.strip(), mode="eval").body
+    except SyntaxError as e:
+        raise ParseError(f"malformed call: {e.msg}", lineno, offset + (e.offset or 1), text) from None
+    if not isinstance(tree, ast.Call):
+        raise ParseError("expected a call `ns.op.overload(...)`", lineno, offset + 1, text)
+    name = _dotted(tree.func)
+    if name is None:
+        raise ParseError("expected an op name `ns.op.overload`", lineno, offset + 1, text)
+    try:
+        resolve(name)
+    except UnknownOpError as e:
+        raise ParseError(str(e), lineno, offset + 1, text) from None
+    conv = _Literal(text, lineno, offset)
+    args = Args(conv(a) for a in tree.args)
+    kwargs = Kwargs({k.arg: conv(k.value) for k in tree.keywords if k.arg is not None})
+    template = (args, kwargs)
+    return Node(Op.ATEN, tuple(refs(template)), outputs, {"fn": OpName(name), "args": args, "kwargs": kwargs},
+                {"line": lineno})
+
+
+def _dotted(n: ast.AST) -> str | None:
+    parts: list[str] = []
+    while isinstance(n, ast.Attribute):
+        parts.append(n.attr)
+        n = n.value
+    if not isinstance(n, ast.Name):
+        return None
+    parts.append(n.id)
+    return ".".join(reversed(parts))
+
+
+class _Literal:
+    """Converts an argument's syntax tree into a template value (no `eval`)."""
+
+    def __init__(self, text: str, lineno: int, offset: int):
+        self.text, self.lineno, self.offset = text, lineno, offset
+
+    def fail(self, n: ast.AST, what: str) -> ParseError:
+        return ParseError(what, self.lineno, self.offset + getattr(n, "col_offset", 0) + 1, self.text)
+
+    def __call__(self, n: ast.AST) -> Any:
+        if isinstance(n, ast.Constant):
+            return n.value
+        if isinstance(n, ast.Name):
+            return Ref(n.id)
+        if isinstance(n, ast.List):
+            return [self(x) for x in n.elts]
+        if isinstance(n, ast.Tuple):
+            return tuple(self(x) for x in n.elts)
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub) and isinstance(n.operand, ast.Constant):
+            return -n.operand.value
+        if isinstance(n, ast.Attribute):
+            dotted = _dotted(n)
+            if dotted is not None and dotted.startswith("torch.") and dotted.count(".") == 1:
+                v = getattr(torch, dotted[6:], None)
+                if isinstance(v, (torch.dtype, torch.layout, torch.memory_format)):
+                    return v
+            raise self.fail(n, f"unknown constant {dotted or ast.unparse(n)!r}")
+        if isinstance(n, ast.Call) and len(n.args) == 1 and not n.keywords and isinstance(n.args[0], ast.Constant):
+            fn, arg = _dotted(n.func), n.args[0].value
+            if fn == "float" and arg in ("inf", "-inf", "nan"):
+                return float(arg)
+            if fn == "torch.device" and isinstance(arg, str):
+                return torch.device(arg)
+        raise self.fail(n, f"unsupported argument syntax {ast.unparse(n)!r}")

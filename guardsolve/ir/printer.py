@@ -41,15 +41,13 @@ def print_rules(lines: list[str]) -> RuleTable:
         Op.SIZE_INDEX: lambda s, *, index: f"{s}[{index}]",
         Op.SIZE_CTOR: lambda *dims: "(" + "".join(f"{d}, " for d in dims).rstrip() + ")",
         Op.VAR_EXPAND: lambda a, size: f"{a}.expand{size}",
-        **{op: _infix(sym) for op, sym in {Op.VAR_ADD: "+", Op.VAR_SUB: "-", Op.VAR_MUL: "*",
-                                           Op.VAR_DIV: "/"}.items()},
+        **{op: _infix(sym) for op, sym in {Op.VAR_ADD: "+", Op.VAR_MUL: "*"}.items()},
         **{op: _call(op) for op in Op if op.value.startswith("var_") and op not in _EXPLICIT},
         Op.BOOL_OPAQUE: lambda *, name: f"bool({name})",
     })
 
 
-_EXPLICIT = frozenset({Op.VAR_PLACEHOLDER, Op.VAR_SIZE, Op.VAR_EXPAND, Op.VAR_ADD, Op.VAR_SUB, Op.VAR_MUL,
-                       Op.VAR_DIV})
+_EXPLICIT = frozenset({Op.VAR_PLACEHOLDER, Op.VAR_SIZE, Op.VAR_EXPAND, Op.VAR_ADD, Op.VAR_MUL})
 
 
 def _call(op: Op) -> Callable[..., str]:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 from guardsolve.errors import GuardFailure
 from guardsolve.guards.shape import value_bailouts
-from guardsolve.ir.concrete import TENSOR_RULES
+from guardsolve.ir.concrete import TENSOR_RULES, compile_call
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Op
@@ -29,8 +29,12 @@ _INT_EXPR: Mapping[Op, str] = {
     Op.INT_MOD: "{0} % {1}", Op.INT_EQ: "{0} == {1}", Op.INT_NE: "{0} != {1}", Op.INT_LT: "{0} < {1}",
     Op.INT_LE: "{0} <= {1}", Op.INT_GT: "{0} > {1}", Op.INT_GE: "{0} >= {1}", Op.BOOL_NOT: "not {0}",
     Op.BOOL_AND: "{0} and {1}", Op.BOOL_OR: "{0} or {1}", Op.SIZE_INDEX: "{0}[{index}]",
-    Op.VAR_SIZE: "{0}.shape", Op.INT_CONST: "{val}", Op.BOOL_CONST: "{val}",
+    Op.VAR_SIZE: "{0}.shape", Op.VAR_STRIDE: "{0}.stride()", Op.VAR_STORAGE_OFFSET: "{0}.storage_offset()",
+    Op.INT_CONST: "{val}", Op.BOOL_CONST: "{val}",
 }
+
+
+_METADATA = frozenset({Op.VAR_SIZE, Op.VAR_STRIDE, Op.VAR_STORAGE_OFFSET})
 
 
 def _live(graph: Graph, roots: set[str], keep: set[int]) -> set[str]:
@@ -73,7 +77,7 @@ def _spec_source(spec: Any, consts: dict[str, Any]) -> str:
 
 def _lines(graph: Graph, out_spec: Any) -> tuple[list[str], dict[str, Any]]:
     values = value_bailouts(graph)
-    tensors = {i for i, n in enumerate(graph.nodes) if n.op in TENSOR_RULES and n.op is not Op.VAR_SIZE}
+    tensors = {i for i, n in enumerate(graph.nodes) if n.op in TENSOR_RULES and n.op not in _METADATA}
     need = _live(graph, _refs(out_spec), values | tensors)
     ns: dict[str, Any] = {}
     body: list[str] = []
@@ -85,13 +89,16 @@ def _lines(graph: Graph, out_spec: Any) -> tuple[list[str], dict[str, Any]]:
                 ns[f"fail_{i}"] = partial(_fail, n)
                 body.append(f"if bool({n.inputs[0]}) != {n.params['expect']}: fail_{i}()")
             continue
-        if not n.outputs or n.outputs[0] not in need:
+        if not n.outputs or (i not in tensors and n.outputs[0] not in need):
             continue
         out = n.outputs[0]
         if n.op in _INT_EXPR:
             body.append(f"{out} = " + _INT_EXPR[n.op].format(*n.inputs, **n.params))
         elif n.op is Op.SIZE_CTOR:
             body.append(f"{out} = (" + "".join(f"{x}, " for x in n.inputs) + ")")
+        elif n.op is Op.ATEN:
+            ns[f"k_{out}"] = compile_call(**n.params)
+            body.append(f"{', '.join(n.outputs)} = k_{out}({', '.join(n.inputs)})")
         else:
             ns[f"k_{out}"] = partial(TENSOR_RULES[n.op], **n.params) if n.params else TENSOR_RULES[n.op]
             body.append(f"{out} = k_{out}({', '.join(n.inputs)})")

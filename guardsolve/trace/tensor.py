@@ -1,111 +1,282 @@
-"""The traced tensor: a tensor-like object that takes part in `__torch_function__`.
+"""The traced tensor: a real `torch.Tensor` subclass whose sizes are SymInts over `SymGuard`s.
 
-`TracedTensor` is not a `torch.Tensor` subclass: torch functions called with one (`torch.add`,
-`F.conv2d`, `a @ b`) dispatch to `__torch_function__`, which looks the function up in
-`guardsolve.trace.torch_rules.TORCH_RULES`; tensor methods (`x.view(...)`) resolve through
-`__getattr__` to the same table. Anything not in the table raises `UnsupportedOpError`.
-That dispatch (and `.T`, `.item()`, the Python operators) is installed by `torch_rules`, whose
-rules build TracedTensors: this module does not import it.
+A `TracedTensor` is a wrapper (`_make_wrapper_subclass`, as FakeTensor and subclass_zoo's
+wrappers are): it carries the real tensor the trace computes and a meta tensor whose sizes
+are symbolic. While `trace` runs, `TracingMode` sees every aten op, including factories like
+`torch.zeros(x.shape[0], 4)`: it runs the op on the real tensors (the output), runs PyTorch's
+shape rule on the meta tensors (the symbolic sizes, and a guard for every decision), and
+records the call in the tensor trace:
+
+    v1 = aten.mul.Tensor(x, 2)
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from guardsolve.errors import TraceError
-from guardsolve.ir.ops import Op
-from guardsolve.trace.guarded import GuardedSize
-from guardsolve.trace.record import Recorder, user_location
+from guardsolve.errors import DataDependentError, GuardsolveError, TraceError, UnsupportedOpError
+from guardsolve.ir.aten import Ref, qualified_name, refs
+from guardsolve.ir.node import Node
+from guardsolve.ir.ops import Args, Kwargs, Op, OpName
+from guardsolve.guards.rules import shape_rule
+from guardsolve.guards.symbolic import Recorder, SymGuard, user_location
 
 
-class DataDependentError(TraceError):
-    """Python looked at tensor data (`if x.sum() > 0`, `.item()`): shapes cannot guard that."""
+_aten = torch.ops.aten
+# Ops that hand tensor data to Python: a value bailout, or an error without value guards.
+_READS_DATA = {_aten._local_scalar_dense.default: ".item()", _aten.is_nonzero.default: "bool(tensor)",
+               _aten.equal.default: "torch.equal"}
+_META = torch.device("meta")
 
 
-class TracedTensor:
-    """A real tensor plus its name in the trace (the notebook's `Variable`)."""
+def symint(v: Any) -> Any:
+    """A SymInt over `v` when it is a `SymGuard`, else `v`."""
+    return torch.SymInt(v) if isinstance(v, SymGuard) and not v.const else (v.hint if isinstance(v, SymGuard) else v)
 
-    __slots__ = ("value", "name", "rec", "_shape", "_shape_fn")
 
-    def __init__(self, value: torch.Tensor, name: str, rec: Recorder, shape: Any = None):
-        self.value = value
-        self.name = name
+def _aliased(rec: Recorder, size: Any, name: str, kind: Op, index: int = 0) -> Any:
+    """A size, stride or offset of a traced tensor, remembering which tensor and dim user code
+    reads it from."""
+    if isinstance(size, torch.SymInt) and isinstance(size.node, SymGuard) and not size.node.const:
+        node = size.node
+        return torch.SymInt(SymGuard(rec, node.hint, int, node.g, origin=(name, kind, index)))
+    return size
+
+
+class TracedTensor(torch.Tensor):
+    """A tensor of a trace: `eager` (what eager PyTorch computes), `symbolic` (a meta tensor over
+    symbolic sizes), `tname` (its name in the tensor trace)."""
+
+    eager: torch.Tensor
+    symbolic: torch.Tensor
+    tname: str
+    rec: Recorder
+    poisoned: str  # why this output cannot be used (its shape rule disagrees with eager), or ""
+
+    @staticmethod
+    def __new__(cls, real: torch.Tensor, meta: torch.Tensor, name: str, rec: Recorder) -> "TracedTensor":
+        sizes = [_aliased(rec, s, name, Op.VAR_SIZE, i) for i, s in enumerate(meta.shape)]
+        strides = [_aliased(rec, s, name, Op.VAR_STRIDE, i) for i, s in enumerate(meta.stride())]
+        offset = _aliased(rec, meta.storage_offset(), name, Op.VAR_STORAGE_OFFSET)
+        out = torch.Tensor._make_wrapper_subclass(
+            cls, sizes, strides=strides, storage_offset=offset, dtype=real.dtype,
+            device=real.device, layout=real.layout, requires_grad=real.requires_grad)
+        out.eager, out.symbolic, out.tname, out.rec = real, meta, name, rec
+        out.poisoned = ""
+        return out
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        raise TraceError(f"{func}: a traced tensor was used outside its trace")
+
+    def __repr__(self) -> str:  # type: ignore[override]
+        return f"TracedTensor({self.tname}, {self.eager!r})"
+
+
+class TracingMode(TorchDispatchMode):
+    """Sees every aten op while a trace runs: real result, PyTorch's shape rule, a trace node."""
+
+    def __init__(self, rec: Recorder, names: dict[int, str]) -> None:
+        super().__init__()
         self.rec = rec
-        # NOTE: an op's result knows its size symbolically (the IR is shape-explicit): a
-        # GuardedSize, a tensor of the same shape, or a thunk computing it on first use.
-        self._shape: GuardedSize | None = shape if isinstance(shape, GuardedSize) else None
-        self._shape_fn: Callable[[], GuardedSize] | None = (
-            (lambda: shape.shape) if isinstance(shape, TracedTensor) else shape if callable(shape) else None)
+        self.names = names  # id(tensor) -> a readable name for constants (module paths)
+        self.constants: dict[str, torch.Tensor] = {}
+        self._const_names: dict[int, str] = {}
+        self._const_meta: dict[int, torch.Tensor] = {}
 
-    def __repr__(self) -> str:
-        return f"{self.name}~TracedTensor{tuple(self.value.shape)}"
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        rec = self.rec
+        outer = rec.depth == 0
+        if outer:
+            rec.loc = user_location()
+        rec.depth += 1
+        try:
+            if func in _READS_DATA:
+                return self._read_data(func, args, kwargs or {})
+            return self._call(func, args, kwargs or {})
+        finally:
+            rec.depth -= 1
+            if outer:
+                rec.loc = None
 
-    __hash__ = object.__hash__
+    # -- one op ---------------------------------------------------------------------------
 
-    # -- metadata (static: traces specialize on rank, dtype and device) ------------------------
+    def _call(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        flat, spec = tree_flatten((args, kwargs))
+        for a in flat:
+            if isinstance(a, TracedTensor) and a.poisoned:
+                raise UnsupportedOpError(qualified_name(func), f"its input {a.tname} {a.poisoned}", self._where())
+        # NOTE: ops on module parameters and buffers are recorded too (not folded into new
+        # constants), so a replay sees in-place updates of the weights.
+        traced = any(isinstance(a, TracedTensor) or (isinstance(a, torch.SymInt) and a.node.is_symbolic())
+                     or (isinstance(a, torch.Tensor) and id(a) in self.names) for a in flat)
+        real_flat = [self._real(a) for a in flat]
+        real_args, real_kwargs = tree_unflatten(real_flat, spec)
+        try:
+            real_out = func(*real_args, **real_kwargs)
+        except Exception as e:
+            raise TraceError(f"{qualified_name(func)} failed in eager PyTorch: {e}{self._at()}") from e
+        if not traced:
+            return real_out
+        meta_args, meta_kwargs = tree_unflatten([self._meta(a) for a in flat], spec)
+        if takes_device(func):
+            meta_kwargs = {**meta_kwargs, "device": _META}
+        try:
+            meta_out = shape_rule(func, meta_args, meta_kwargs)
+        except GuardsolveError:
+            raise
+        except Exception as e:
+            from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
-    @property
-    def shape(self) -> GuardedSize:
-        # NOTE: recorded once, lazily, so repeated `.shape` reads do not spam the trace.
-        if self._shape is None:
-            if self._shape_fn is not None:
-                self._shape = self._shape_fn()
+            if isinstance(e, (DataDependentOutputException, DynamicOutputShapeException)):
+                raise DataDependentError(f"{qualified_name(func)}: its output shape depends on tensor data"
+                                         f"{self._at()}") from e
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise UnsupportedOpError(qualified_name(func), f"PyTorch's shape rule fails over symbolic sizes "
+                                     f"({type(e).__name__}: {first})", self._where()) from e
+        template = tree_unflatten([self._template(a) for a in flat], spec)
+        return self._wrap(func, real_out, meta_out, template, flat)
+
+    def _wrap(self, func: Any, real_out: Any, meta_out: Any, template: Any, flat: list[Any]) -> Any:
+        rec = self.rec
+        assert rec.trace is not None
+        real_leaves, out_spec = tree_flatten(real_out)
+        meta_leaves, _ = tree_flatten(meta_out)
+        if len(real_leaves) != len(meta_leaves):
+            raise UnsupportedOpError(qualified_name(func), "PyTorch's shape rule returns a different structure "
+                                     "than eager", self._where())
+        inputs = {id(a.eager): a for a in flat if isinstance(a, TracedTensor)}
+        names: list[str] = []
+        out: list[Any] = []
+        for r, m in zip(real_leaves, meta_leaves):
+            if isinstance(r, torch.Tensor):
+                name = rec.trace.fresh("v")
+                names.append(name)
+                same = inputs.get(id(r))
+                disagree = _disagreement(func, r, m)
+                if disagree is None:
+                    out.append(same if same is not None else TracedTensor(r, m, name, rec))
+                else:
+                    # NOTE: e.g. native_batch_norm's saved statistics in eval mode: eager's CPU
+                    # kernel returns them empty, the meta rule full-size. Such an output traces
+                    # only as long as nothing uses it.
+                    t = TracedTensor(r, torch.empty_strided(r.shape, r.stride(), dtype=r.dtype, device=_META), name, rec)
+                    t.poisoned = f"{disagree}; guardsolve cannot trace uses of it"
+                    out.append(t)
+            elif isinstance(m, (torch.SymInt, torch.SymBool, torch.SymFloat)) and m.node.is_symbolic():
+                raise UnsupportedOpError(qualified_name(func), "returns a symbolic scalar, which guardsolve "
+                                         "does not trace", self._where())
             else:
-                self._shape = GuardedSize(tuple(self.value.shape), self.rec.record(Op.VAR_SIZE, (self,)), self.rec)
-        return self._shape
+                out.append(r)
+        args, kwargs = template
+        node = Node(Op.ATEN, tuple(refs(template)), tuple(names),
+                    {"fn": OpName(qualified_name(func)), "args": Args(args), "kwargs": Kwargs(kwargs)},
+                    {"loc": rec.loc})
+        rec.trace.append(node)
+        return tree_unflatten(out, out_spec)
 
-    @property
-    def ndim(self) -> int:
-        return self.value.dim()
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.value.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.value.device
-
-    def dim(self) -> int:
-        return self.value.dim()
-
-    def __len__(self) -> int:
-        if self.dim() == 0:
-            raise TypeError("len() of a 0-d tensor")
-        return self.shape[0].specialize()
-
-    # -- data: only with value guards ----------------------------------------------------------
-
-    def _observe(self, what: str) -> bool:
+    def _read_data(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        (t, *_rest) = args
+        what = _READS_DATA[func]
+        if not any(isinstance(a, TracedTensor) for a in tree_flatten((args, kwargs))[0]):
+            return func(*args, **kwargs)
         if not self.rec.value_guards:
-            loc = user_location()
-            raise DataDependentError(
-                f"{what} reads tensor data, which shape guards cannot check"
-                + (f" — {loc}" if loc else "") + "; pass value_guards=True to trace() to record a value bailout")
-        b = bool(self.value)
-        self.rec.record(Op.BOOL_BAILOUT, (_ToBool(self),), expect=b)
-        return b
+            raise DataDependentError(f"{what} reads tensor data, which shape guards cannot check{self._at()}; "
+                                     "pass value_guards=True to trace() to record a value bailout")
+        real_args, real_kwargs = tree_unflatten([self._real(a) for a in tree_flatten((args, kwargs))[0]],
+                                                tree_flatten((args, kwargs))[1])
+        value = func(*real_args, **real_kwargs)
+        rec = self.rec
+        assert rec.trace is not None
+        probe = t if func is not _aten._local_scalar_dense.default else self._call(_aten.eq.Scalar, (t, value), {})
+        if func is _aten.equal.default:
+            probe = self._call(_aten.eq.Tensor, tuple(args), {})
+            probe = self._call(_aten.all.default, (probe,), {})
+        loc = rec.loc
+        flag = rec.trace.emit(Op.VAR_TO_BOOL, (probe.tname,), meta={"loc": loc})
+        expect = True if func is _aten._local_scalar_dense.default else bool(value)
+        rec.trace.emit(Op.BOOL_BAILOUT, (flag,), meta={"loc": loc}, expect=expect)
+        opaque = rec.guards.emit(Op.BOOL_OPAQUE, (), meta={"loc": loc}, name=flag)
+        rec.g_bailout(opaque, expect, loc)
+        return value
 
-    def __bool__(self) -> bool:
-        return self._observe("bool(tensor)")
+    # -- arguments ------------------------------------------------------------------------
 
-    def __float__(self) -> float:
-        return float(self.item())
+    def _real(self, a: Any) -> Any:
+        if isinstance(a, TracedTensor):
+            return a.eager
+        if isinstance(a, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            return a.node.hint
+        return a
 
-    def __int__(self) -> int:
-        return int(self.item())
+    def _meta(self, a: Any) -> Any:
+        if isinstance(a, TracedTensor):
+            return a.symbolic
+        if isinstance(a, torch.Tensor):
+            m = self._const_meta.get(id(a))
+            if m is None:
+                m = self._const_meta[id(a)] = torch.empty_strided(
+                    a.shape, a.stride(), dtype=a.dtype, device=_META)
+            return m
+        if isinstance(a, torch.device):
+            return _META
+        return a
 
-    def __index__(self) -> int:
-        return int(self.item())
+    def _template(self, a: Any) -> Any:
+        if isinstance(a, TracedTensor):
+            return Ref(a.tname)
+        if isinstance(a, torch.Tensor):
+            return Ref(self.constant(a))
+        if isinstance(a, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            node = a.node
+            return Ref(self.rec.t_name(node)) if node.is_symbolic() else node.hint
+        return a
+
+    def constant(self, t: torch.Tensor) -> str:
+        """The trace name of a tensor that is not an input (a parameter, a captured tensor)."""
+        name = self._const_names.get(id(t))
+        if name is None:
+            rec = self.rec
+            assert rec.trace is not None
+            base = "".join(c if c.isalnum() or c == "_" else "_" for c in self.names.get(id(t), "const"))
+            base = base if base.isidentifier() else "p_" + base
+            used = rec.trace._used
+            name = base if base != "const" and base not in used else rec.trace.fresh(base + ("" if base == "const" else "_"))
+            rec.trace.emit(Op.VAR_PARAM, (), out=name, name=name, shape=tuple(t.shape), dtype=dtype_name(t.dtype))
+            self._const_names[id(t)] = name
+            self.constants[name] = t
+        return name
+
+    def _at(self) -> str:
+        loc = self.rec.loc
+        return f" — {loc}" if loc is not None else ""
+
+    def _where(self) -> str:
+        return str(self.rec.loc) if self.rec.loc is not None else ""
 
 
-class _ToBool:
-    """Adapter recording `var_to_bool` so a bailout can take a tensor's truth value."""
+def takes_device(func: Any) -> bool:
+    """Does the op take a `device` argument (a factory)? Its shape rule then runs on meta."""
+    return any(a.name == "device" and a.kwarg_only for a in func._schema.arguments)
 
-    __slots__ = ("name", "rec")
 
-    def __init__(self, t: TracedTensor):
-        self.rec = t.rec
-        self.name = t.rec.record(Op.VAR_TO_BOOL, (t,))
+def dtype_name(dtype: torch.dtype) -> str:
+    """`float32` for `torch.float32`."""
+    return str(dtype).removeprefix("torch.")
+
+
+def _disagreement(func: Any, real: torch.Tensor, meta: Any) -> str | None:
+    """How PyTorch's shape rule and eager disagree on an output's sizes and dtype, or None."""
+    if not isinstance(meta, torch.Tensor):
+        return f"PyTorch's shape rule returns {type(meta).__name__} where eager returns a tensor"
+    hints = tuple(s.node.hint if isinstance(s, torch.SymInt) else s for s in meta.shape)
+    if hints != tuple(real.shape) or meta.dtype != real.dtype:
+        return (f"{qualified_name(func)}'s shape rule gives {list(hints)} {meta.dtype}, "
+                f"eager {list(real.shape)} {real.dtype}")
+    return None

@@ -1,11 +1,13 @@
-"""`trace(fn, *example_inputs)`: run a PyTorch function on guarded values and record its trace.
+"""`trace(fn, *example_inputs)`: run a PyTorch function on traced tensors and record its trace.
 
 >>> import torch
 >>> t = trace(lambda a, b: a + b, torch.ones(4), torch.ones(4))
->>> print(t.graph.nodes[0])
-a = var_placeholder(name=a, rank=1)
->>> len(t.graph.bailouts())
-5
+>>> print(t.graph)
+a = var_placeholder(name=a, rank=1, shape=[4], dtype=float32)
+b = var_placeholder(name=b, rank=1, shape=[4], dtype=float32)
+v0 = aten.add.Tensor(a, b)
+>>> print(t.guard_graph().bailouts()[0])
+bool_bailout(i4, expect=True)
 """
 
 from __future__ import annotations
@@ -15,21 +17,23 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch._dispatch.python import enable_python_dispatcher
+from torch.utils._pytree import tree_map
 
 from guardsolve.errors import TraceError
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.ir.signature import Param, dim_names
-from guardsolve.trace import torch_rules  # noqa: F401  NOTE: installs TracedTensor's torch dispatch
 from guardsolve.trace.gcpause import paused_gc
-from guardsolve.trace.guarded import GuardedBool, GuardedInt, GuardedSize
-from guardsolve.trace.record import Recorder
-from guardsolve.trace.tensor import TracedTensor
+from guardsolve.guards.pytorch import meta_input
+from guardsolve.guards.symbolic import Recorder
+from guardsolve.trace.tensor import TracedTensor, TracingMode, dtype_name, symint
 
 
 @dataclass
 class Trace:
-    """A recorded trace: the tensor-trace `graph` and the concrete `output` of the run.
+    """A recorded trace: the tensor-trace `graph`, the guard graph recorded alongside it, and the
+    concrete `output` of the run.
 
     `constants` are the tensors the trace uses that are not inputs (module parameters,
     captured tensors), by their `var_param` name; `out_spec` is the output structure with
@@ -42,8 +46,12 @@ class Trace:
     fn: Callable[..., Any] | None = None
     constants: dict[str, torch.Tensor] = field(default_factory=dict)
     out_spec: Any = None
+    guards: Graph | None = None
 
     def guard_graph(self) -> Graph:
+        """The guard graph: the one recorded while tracing (equal to `guard_graph(self.graph)`)."""
+        if self.guards is not None:
+            return self.guards
         from guardsolve.guards.shape import guard_graph
 
         return guard_graph(self.graph)
@@ -75,70 +83,109 @@ class Ref:
 
 
 def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = False) -> Trace:
-    """Run `fn` on guarded versions of `example_inputs`, recording a tensor trace.
+    """Run `fn` on traced versions of `example_inputs`, recording a tensor trace and its guards.
 
     Tensors become `var_placeholder`s and Python ints `int_arg`s, named after fn's
     parameters (an `nn.Module` is traced through its `forward`; its parameters and buffers
-    become constants named after their module path). Every Python observation of a shape
-    becomes a `bool_bailout`. Reading tensor data (`if x.sum() > 0`, `.item()`) raises
+    become constants named after their module path). PyTorch's own shape rules (meta kernels
+    and decompositions) decide every op's sizes; every decision they or the user's code make
+    about a size is a `bool_bailout`. Reading tensor data (`if x.sum() > 0`, `.item()`) raises
     `DataDependentError` unless `value_guards=True`, which records a value bailout instead.
     """
     names = parameter_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(example_inputs))
-    rec = Recorder(_module_names(fn), value_guards)
     kinds: list[tuple[str, str, int]] = []
-    args: list[Any] = []
     for name, value in zip(names, example_inputs):
         if isinstance(value, torch.Tensor):
-            rank = value.dim()
-            rec.graph.emit(Op.VAR_PLACEHOLDER, (), out=name, name=name, rank=rank)
-            args.append(TracedTensor(value, name, rec))
-            kinds.append((name, "tensor", rank))
+            if type(value) is not torch.Tensor and not isinstance(value, torch.nn.Parameter):
+                raise TraceError(f"cannot trace argument {name!r}: a {type(value).__name__}, "
+                                 "only plain dense tensors are supported")
+            if value.layout is not torch.strided or value.is_quantized:
+                raise TraceError(f"cannot trace argument {name!r}: layout {value.layout} is not supported")
+            kinds.append((name, "tensor", value.dim()))
         elif isinstance(value, int) and not isinstance(value, bool):
-            rec.graph.emit(Op.INT_ARG, (), out=name, name=name)
-            args.append(GuardedInt(value, name, rec))
             kinds.append((name, "int", 0))
         else:
             raise TraceError(f"cannot trace argument {name!r} of type {type(value).__name__}: "
                              "only torch.Tensor and int inputs are supported")
     signature = dim_names(kinds)
-    rec.graph.meta["signature"] = signature
-    with paused_gc():
+    graph = Graph(meta={"signature": signature})
+    rec = Recorder(graph, value_guards)
+    rec.guards.meta["signature"] = signature
+    rec.depth += 1  # NOTE: making the inputs is guardsolve's business, not a user observation
+    args = [placeholder(rec, p, v) for p, v in zip(signature, example_inputs)]
+    rec.depth -= 1
+    mode = TracingMode(rec, _module_names(fn))
+    with paused_gc(), _presents_as_tracing(), enable_python_dispatcher(), mode:
         result = fn(*args)
-    return Trace(rec.graph, unwrap(result), signature, fn, rec.constants, spec(result))
+    return Trace(graph, unwrap(result), signature, fn, mode.constants, spec(result, rec), rec.guards)
+
+
+def placeholder(rec: Recorder, p: Param, value: Any) -> Any:
+    """The traced stand-in for one input: a TracedTensor over symbolic sizes, or a SymInt."""
+    if p.kind == "int":
+        assert rec.trace is not None
+        rec.trace.emit(Op.INT_ARG, (), out=p.name, name=p.name, val=int(value))
+        return symint(rec.input_dim(p.name, int(value), Op.INT_ARG, None, 0))
+    if rec.trace is not None:
+        rec.trace.emit(Op.VAR_PLACEHOLDER, (), out=p.name, name=p.name, rank=p.rank, shape=tuple(value.shape),
+                       dtype=dtype_name(value.dtype))
+    meta = meta_input(rec, p, value.shape, value.dtype)
+    if rec.trace is None:
+        return meta
+    real = value.detach() if value.requires_grad else value
+    return TracedTensor(real, meta, p.name, rec)
+
+
+class _presents_as_tracing:
+    """Library code asks `torch.compiler.is_compiling()` / `is_exporting()` to skip fast paths
+    that read tensor data (transformers' mask helpers, `nn.MultiheadAttention`'s fast path);
+    guardsolve answers as non-strict torch.export does, and restores both flags on exit."""
+
+    _FLAGS = ("_is_compiling_flag", "_is_exporting_flag")
+
+    def __enter__(self) -> None:
+        import torch.compiler as tc
+
+        self._saved = [getattr(tc, f) for f in self._FLAGS]
+        for f in self._FLAGS:
+            setattr(tc, f, True)
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch.compiler as tc
+
+        for f, v in zip(self._FLAGS, self._saved):
+            setattr(tc, f, v)
 
 
 def _module_names(fn: Any) -> dict[int, str]:
     if not isinstance(fn, torch.nn.Module):
         return {}
     named = list(fn.named_parameters(remove_duplicate=True)) + list(fn.named_buffers(remove_duplicate=True))
-    return {id(t): name.replace(".", "_") for name, t in named}
+    return {id(t): name for name, t in named}
 
 
-def spec(v: Any) -> Any:
-    """The output structure with `Ref`s in place of traced values."""
-    if isinstance(v, (TracedTensor, GuardedInt, GuardedBool, GuardedSize)):
-        return Ref(v.name)
-    if isinstance(v, tuple):
-        return tuple(spec(x) for x in v)
-    if isinstance(v, list):
-        return [spec(x) for x in v]
-    if isinstance(v, dict):
-        return {k: spec(x) for k, x in v.items()}
-    return v
+def spec(v: Any, rec: Recorder) -> Any:
+    """The output structure with `Ref`s in place of traced tensors and symbolic ints."""
+
+    def ref(x: Any) -> Any:
+        if isinstance(x, TracedTensor):
+            return Ref(x.tname)
+        if isinstance(x, (torch.SymInt, torch.SymBool)) and x.node.is_symbolic():
+            return Ref(rec.t_name(x.node))
+        return x
+
+    return tree_map(ref, v)
 
 
 def unwrap(v: Any) -> Any:
-    """Replace guarded values in an output structure by their concrete values."""
-    if isinstance(v, TracedTensor):
-        return v.value
-    if isinstance(v, (GuardedInt, GuardedBool)):
-        return v.value
-    if isinstance(v, GuardedSize):
-        return torch.Size(v.value)
-    if isinstance(v, tuple):
-        return tuple(unwrap(x) for x in v)
-    if isinstance(v, list):
-        return [unwrap(x) for x in v]
-    if isinstance(v, dict):
-        return {k: unwrap(x) for k, x in v.items()}
-    return v
+    """Replace traced values in an output structure by their concrete values."""
+
+    def concrete(x: Any) -> Any:
+        if isinstance(x, TracedTensor):
+            return x.eager
+        if isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            return x.node.hint
+        return x
+
+    out = tree_map(concrete, v)
+    return torch.Size(out) if isinstance(v, torch.Size) else out

@@ -1,0 +1,163 @@
+"""Reinterpret a tensor trace with PyTorch's shape rules: the guard graph, again.
+
+Each tensor becomes a meta tensor whose sizes are SymInts over the input dims, hinted with
+the example shapes the trace recorded. Each `aten.*` call runs its shape rule
+(`guardsolve.guards.rules`), the user's own int arithmetic and branches replay as recorded,
+and every decision is a bailout, exactly as when the trace was recorded:
+
+>>> from guardsolve.ir.graph import Graph
+>>> g = Graph.parse("a = var_placeholder(name=a, rank=1, shape=[4], dtype=float32)\\n"
+...                 "b = var_placeholder(name=b, rank=1, shape=[4], dtype=float32)\\n"
+...                 "v0 = aten.mul.Tensor(a, b)")
+>>> print(pytorch_guard_graph(g, signature_of(g)).bailouts()[-1])
+bool_bailout(i4, expect=True)
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from guardsolve.errors import GuardFailure, GuardsolveError, TraceError, UnsupportedOpError
+from guardsolve.guards.rules import shape_rule
+from guardsolve.guards.symbolic import Recorder, SymGuard
+from guardsolve.ir.aten import refs, resolve, substitute
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.interp import RuleTable, interpret
+from guardsolve.ir.node import Node
+from guardsolve.ir.ops import Op
+from guardsolve.ir.signature import Param, dim_names
+
+
+def signature_of(graph: Graph) -> tuple[Param, ...]:
+    """The input signature of a tensor trace, from its placeholders."""
+    sig = graph.meta.get("signature")
+    if sig is not None:
+        return sig
+    kinds = [(n.params["name"], "tensor" if n.op is Op.VAR_PLACEHOLDER else "int", n.params.get("rank", 0))
+             for n in graph.placeholders()]
+    return dim_names(kinds)
+
+
+def _sym(v: SymGuard) -> Any:
+    return torch.SymInt(v)
+
+
+def dtype_of(name: str, node: Node | None = None) -> torch.dtype:
+    """`torch.float32` for `float32`."""
+    d = getattr(torch, name, None)
+    if not isinstance(d, torch.dtype):
+        raise TraceError(f"unknown dtype {name!r}" + (f" in `{node}`" if node is not None else ""))
+    return d
+
+
+def meta_input(rec: Recorder, p: Param, shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous meta tensor whose sizes are the input dims of `p` (hinted with `shape`).
+
+    Building it asks PyTorch questions (is a size 0, for the storage size); they are about
+    guardsolve's stand-in, not the user's program, so they are not recorded.
+    """
+    sizes = [_sym(rec.input_dim(d, s, Op.INT_PLACEHOLDER, p.name, i)) for i, (d, s) in enumerate(zip(p.dims, shape))]
+    rec.muted = True
+    try:
+        return torch.empty(sizes, dtype=dtype, device="meta")
+    finally:
+        rec.muted = False
+
+
+class _Opaque:
+    """A tensor's truth value in the guard graph: data, not shape."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def pytorch_rules(rec: Recorder, signature: tuple[Param, ...]) -> RuleTable:
+    """Rules mapping tensors to meta tensors over SymInts and recording guards into `rec.guards`."""
+    dims = {p.name: p for p in signature}
+    current: dict[str, Node] = {}
+
+    def enter(node: Node) -> None:
+        current["node"] = node
+        rec.loc = node.meta.get("loc")
+        rec.extra = {"trace_line": node.meta.get("line"), "trace_node": node}
+
+    def placeholder(*, name: str, rank: int, shape: tuple[int, ...] | None = None, dtype: str = "float32") -> Any:
+        if shape is None:
+            raise TraceError(f"placeholder {name} has no example shape; PyTorch's shape rules need one")
+        return meta_input(rec, dims[name], shape, dtype_of(dtype, current["node"]))
+
+    def int_arg(*, name: str, val: int | None = None) -> Any:
+        if val is None:
+            raise TraceError(f"int argument {name} has no example value (val=...); PyTorch's shape rules need one")
+        return _sym(rec.input_dim(name, val, Op.INT_ARG, None, 0))
+
+    def param(*, name: str, shape: tuple[int, ...], dtype: str = "float32") -> Any:
+        return torch.empty(shape, dtype=dtype_of(dtype, current["node"]), device="meta")
+
+    def call(*values: Any, fn: str, args: Any, kwargs: Any) -> Any:
+        node = current["node"]
+        func = resolve(fn)
+        env = dict(zip(refs((args, kwargs)), values))
+        a, k = substitute((tuple(args), dict(kwargs)), env.__getitem__)
+        if any(x.name == "device" and x.kwarg_only for x in func._schema.arguments):
+            k["device"] = torch.device("meta")
+        try:
+            out = shape_rule(func, a, k)
+        except GuardsolveError:
+            raise
+        except Exception as e:
+            raise UnsupportedOpError(fn, f"PyTorch's shape rule fails while replaying `{node}` "
+                                     f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})",
+                                     str(rec.loc or "")) from e
+        leaves = [x for x in tree_flatten(out)[0] if isinstance(x, torch.Tensor)]
+        if len(leaves) != len(node.outputs):
+            raise TraceError(f"`{node}` names {len(node.outputs)} outputs; the op returns {len(leaves)} tensors")
+        return leaves[0] if len(leaves) == 1 else leaves
+
+    def bailout(b: Any, *, expect: bool) -> None:
+        if isinstance(b, _Opaque):
+            rec.g_bailout(b.name, expect, rec.loc)
+            return
+        got = b.node.guard_bool("", 0) if isinstance(b, torch.SymBool) else bool(b)
+        if got != expect:
+            raise GuardFailure(expect)
+
+    def opaque(t: Any) -> _Opaque:
+        name = current["node"].outputs[0]
+        return _Opaque(rec.guards.emit(Op.BOOL_OPAQUE, (), meta={"loc": rec.loc, **rec.extra}, name=name))
+
+    return RuleTable("pytorch shape", {
+        Op.VAR_PLACEHOLDER: placeholder,
+        Op.INT_ARG: int_arg,
+        Op.VAR_PARAM: param,
+        Op.VAR_SIZE: lambda t: t.shape,
+        Op.VAR_STRIDE: lambda t: t.stride(),
+        Op.VAR_STORAGE_OFFSET: lambda t: t.storage_offset(),
+        Op.SIZE_INDEX: lambda s, *, index: s[index],
+        Op.SIZE_CTOR: lambda *ds: list(ds),
+        Op.INT_CONST: lambda *, val: val,
+        Op.BOOL_CONST: lambda *, val: val,
+        Op.INT_ADD: operator.add, Op.INT_SUB: operator.sub, Op.INT_MUL: operator.mul,
+        Op.INT_FLOORDIV: operator.floordiv, Op.INT_MOD: operator.mod,
+        Op.INT_EQ: operator.eq, Op.INT_NE: operator.ne, Op.INT_LT: operator.lt, Op.INT_LE: operator.le,
+        Op.INT_GT: operator.gt, Op.INT_GE: operator.ge,
+        Op.BOOL_NOT: torch.sym_not, Op.BOOL_AND: operator.and_, Op.BOOL_OR: operator.or_,
+        Op.BOOL_BAILOUT: bailout,
+        Op.VAR_TO_BOOL: opaque,
+        Op.ATEN: call,
+    }, enter)
+
+
+def pytorch_guard_graph(graph: Graph, signature: tuple[Param, ...]) -> Graph:
+    """The guard graph of a tensor trace of PyTorch ops, by replaying it with PyTorch's rules."""
+    rec = Recorder(None)
+    rec.depth = 1  # NOTE: everything is recorded into the guard graph only
+    rec.guards.meta["signature"] = signature
+    interpret(graph, pytorch_rules(rec, signature), validate=False)
+    return rec.guards

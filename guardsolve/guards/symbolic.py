@@ -1,0 +1,518 @@
+"""Guarded ints as PyTorch SymNodes: every size PyTorch or the user computes is a node, every
+decision a `bool_bailout`.
+
+`torch.SymInt(node)` accepts any object with the SymNode protocol
+(`torch/fx/experimental/sym_node.py`). Ours holds the concrete value it was traced with (the
+hint) and its name in two graphs of its `Recorder`: the guard graph (always) and the tensor
+trace (only for what user code computes, outside PyTorch's own shape rules). A user branch
+`if x.shape[0] == 1:` records, in the guard graph:
+
+    i0 = int_const(val=1)
+    i1 = int_eq(x0, i0)
+    bool_bailout(i1, expect=False)
+"""
+
+from __future__ import annotations
+
+import functools
+import linecache
+import operator
+import os
+import sys
+from typing import Any, Callable
+
+from torch.fx.experimental.sym_node import SymNode
+
+from guardsolve.errors import TraceError
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.node import SourceLoc
+from guardsolve.ir.ops import Op
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_library_file(filename: str) -> bool:
+    """Is this a frame of guardsolve, torch or Python's own machinery (not user code)?"""
+    if filename.startswith("<frozen") or filename.startswith("<string>"):
+        return True
+    if not filename.startswith("<"):
+        filename = os.path.abspath(filename)
+    return (filename.startswith(_PACKAGE_DIR + os.sep) or f"{os.sep}torch{os.sep}" in filename
+            or f"{os.sep}contextlib.py" in filename)
+
+
+def user_location() -> SourceLoc | None:
+    """The innermost stack frame outside guardsolve and torch."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not _is_library_file(filename):
+            line = frame.f_lineno
+            return SourceLoc(filename, line, frame.f_code.co_name, linecache.getline(filename, line).strip())
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+_INT_OPS: dict[str, tuple[Op, Callable[[Any, Any], Any]]] = {
+    "add": (Op.INT_ADD, operator.add), "sub": (Op.INT_SUB, operator.sub), "mul": (Op.INT_MUL, operator.mul),
+    "floordiv": (Op.INT_FLOORDIV, operator.floordiv), "int_floordiv": (Op.INT_FLOORDIV, operator.floordiv),
+    "mod": (Op.INT_MOD, operator.mod),
+}
+_COMPARE: dict[str, tuple[Op, Callable[[Any, Any], bool]]] = {
+    "eq": (Op.INT_EQ, operator.eq), "ne": (Op.INT_NE, operator.ne), "lt": (Op.INT_LT, operator.lt),
+    "le": (Op.INT_LE, operator.le), "gt": (Op.INT_GT, operator.gt), "ge": (Op.INT_GE, operator.ge),
+}
+_LOGIC: dict[str, tuple[Op, Callable[[Any, Any], bool]]] = {
+    "sym_and": (Op.BOOL_AND, lambda a, b: a and b), "sym_or": (Op.BOOL_OR, lambda a, b: a or b),
+    "and_": (Op.BOOL_AND, lambda a, b: a and b), "or_": (Op.BOOL_OR, lambda a, b: a or b),
+}
+# NOTE: the guard graph has no floats: a float computed from a size (`x.shape[-1] ** 0.5`,
+# `size / 2`) specializes its int inputs, recording `x == value` the way `int(x)` does.
+_FLOAT_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "truediv": operator.truediv, "int_truediv": operator.truediv, "float_truediv": operator.truediv,
+    "pow": operator.pow, "float_pow": operator.pow, "pow_by_natural": operator.pow,
+    "sym_min": min, "sym_max": max, "lshift": operator.lshift, "rshift": operator.rshift,
+    "bitwise_and": operator.and_, "bitwise_or": operator.or_, "bitwise_xor": operator.xor,
+}
+_FOLD = {**{k: f for k, (_, f) in _INT_OPS.items()}, **{k: f for k, (_, f) in _COMPARE.items()},
+         **{k: f for k, (_, f) in _LOGIC.items()}, **_FLOAT_OPS}
+# Ops that fold to a constant when both sides are the same node.
+_SELF_TRUE = frozenset({Op.INT_EQ, Op.INT_LE, Op.INT_GE})
+_SELF_FALSE = frozenset({Op.INT_NE, Op.INT_LT, Op.INT_GT})
+
+
+class Recorder:
+    """The state of one trace: the guard graph, the tensor trace, and where user code is.
+
+    `trace` is None while replaying a saved trace (only guards are recorded then). Guard-graph
+    nodes are hash-consed (`int_eq(a0, b0)` twice is one node), and a bailout repeated on the
+    same user line is recorded once.
+    """
+
+    def __init__(self, trace: Graph | None, value_guards: bool = False) -> None:
+        self.guards = Graph()
+        self.trace = trace
+        self.value_guards = value_guards
+        self.depth = 0  # > 0 inside PyTorch's shape rules for one op
+        self.loc: SourceLoc | None = None  # the user line of the torch call in progress
+        self._memo: dict[tuple[Any, ...], str] = {}
+        self._seen: set[tuple[str, bool, Any]] = set()
+        self._trace_consts: dict[tuple[type, Any], str] = {}
+        self._sizes: dict[tuple[str, Op], str] = {}
+        self.extra: dict[str, Any] = {}  # more meta for guard nodes (the trace line, on replay)
+        self.muted = False  # True while guardsolve itself builds the inputs' meta tensors
+
+    # -- locations --------------------------------------------------------------------------
+
+    def location(self) -> SourceLoc | None:
+        return self.loc if self.depth else user_location()
+
+    # -- guard graph ------------------------------------------------------------------------
+
+    def g_const(self, v: int | bool) -> str:
+        key = ("const", type(v), v)
+        name = self._memo.get(key)
+        if name is None:
+            op = Op.BOOL_CONST if isinstance(v, bool) else Op.INT_CONST
+            name = self._memo[key] = self.guards.emit(op, (), val=v)
+        return name
+
+    def g_op(self, op: Op, args: tuple[str, ...], loc: SourceLoc | None) -> str:
+        key = (op, *args)
+        name = self._memo.get(key)
+        if name is None:
+            name = self._memo[key] = self.guards.emit(op, args, meta={"loc": loc, **self.extra})
+        return name
+
+    def g_bailout(self, g: str, expect: bool, loc: SourceLoc | None) -> None:
+        key = (g, expect, (loc.file, loc.line) if loc is not None else None)
+        if key not in self._seen and not self.muted:
+            self._seen.add(key)
+            self.guards.emit(Op.BOOL_BAILOUT, (g,), meta={"loc": loc, **self.extra}, expect=expect)
+
+    # -- tensor trace -----------------------------------------------------------------------
+
+    def t_name(self, node: "SymGuard") -> str:
+        """The node's name in the tensor trace, defining it from its origin on first use."""
+        assert self.trace is not None
+        if node.t is not None:
+            return node.t
+        if node.const:
+            key = (type(node.hint), node.hint)  # NOTE: True == 1, but not as a trace constant
+            name = self._trace_consts.get(key)
+            if name is None:
+                op = Op.BOOL_CONST if isinstance(node.hint, bool) else Op.INT_CONST
+                name = self._trace_consts[key] = self.trace.emit(op, (), val=node.hint)
+            return name
+        if node.origin is None:
+            raise TraceError(f"the symbolic value {node.g} (= {node.hint}) was computed inside a PyTorch op "
+                             "and reached user code without a tensor that carries it; guardsolve cannot trace that")
+        tensor, kind, index = node.origin
+        if kind is Op.VAR_STORAGE_OFFSET:
+            node.t = self.trace.emit(kind, (tensor,))
+            return node.t
+        sizes = self._sizes.get((tensor, kind))
+        if sizes is None:
+            sizes = self._sizes[(tensor, kind)] = self.trace.emit(kind, (tensor,))
+        node.t = self.trace.emit(Op.SIZE_INDEX, (sizes,), index=index)
+        return node.t
+
+    def input_dim(self, name: str, hint: int, kind: Op, tensor: str | None, index: int) -> "SymGuard":
+        """A placeholder dim `name` of the guard graph."""
+        self.guards.emit(kind, (), out=name, name=name)
+        return SymGuard(self, hint, int, name, origin=(tensor, Op.VAR_SIZE, index) if tensor is not None else None,
+                        t=name if tensor is None else None)
+
+
+class SymGuard(SymNode):
+    """A PyTorch SymNode whose value is known (the hint) and whose every use is recorded.
+
+    `g` is the name in the guard graph (None for a constant), `t` the name in the tensor
+    trace once user code has used it there, `origin` the (tensor, `var_size` / `var_stride` /
+    `var_storage_offset`, dim) it was read from.
+    """
+
+    # NOTE: a subclass of torch's SymNode only so that torch's `wrap_node` unwraps constants
+    # (`x.constant`) into plain Python numbers; nothing of ShapeEnv's node is used.
+    shape_env = None  # read by torch's helpers; None makes them call guard_bool/_int.
+    fx_node = None
+    hint: Any = None  # NOTE: shadows SymNode's property: a plain attribute, set per node
+
+    def __init__(self, rec: Recorder, hint: Any, pytype: type, g: str | None, *,
+                 origin: tuple[str, Op, int] | None = None, t: str | None = None, const: bool = False):
+        self.rec, self.hint, self.pytype, self.g = rec, hint, pytype, g
+        self.origin, self.t, self.const = origin, t, const
+        self.lazy: Callable[[], None] | None = None
+
+    @property  # type: ignore[override]
+    def constant(self) -> Any:
+        return self.hint if self.const else None
+
+    @classmethod
+    def deferred(cls, rec: Recorder, hint: bool, decide: Callable[[], None]) -> "SymGuard":
+        """A bool whose value is known now but whose guards are recorded only when something
+        observes it (`decide` records them). PyTorch computes contiguity of every new tensor
+        this way; most are never asked."""
+        node = cls(rec, hint, bool, None)
+        node.lazy = decide
+        return node
+
+    def _force(self) -> None:
+        if self.lazy is not None:
+            decide, self.lazy = self.lazy, None
+            decide()
+            self.const = True
+
+    def __repr__(self) -> str:
+        return f"SymGuard({self.g or self.hint}~{self.hint})"
+
+    # -- what torch reads -------------------------------------------------------------------
+
+    @property
+    def expr(self) -> Any:
+        import sympy
+
+        if self.const:
+            return sympy.sympify(self.hint)
+        return sympy.Symbol(self.g, integer=self.pytype is int)
+
+    @property
+    def _hint(self) -> Any:
+        return self.hint
+
+    def has_hint(self) -> bool:
+        return True
+
+    def require_hint(self, fallback: Any = None) -> Any:
+        return self.hint
+
+    def is_int(self) -> bool:
+        return self.pytype is int
+
+    def is_bool(self) -> bool:
+        return self.pytype is bool
+
+    def is_float(self) -> bool:
+        return self.pytype is float
+
+    def is_nested_int(self) -> bool:
+        return False
+
+    def nested_int(self) -> None:
+        return None
+
+    def is_symbolic(self) -> bool:
+        return not self.const
+
+    def is_constant(self) -> bool:
+        return self.const
+
+    def maybe_as_int(self) -> int | None:
+        return self.hint if self.const and self.pytype is int else None
+
+    def maybe_as_bool(self) -> bool | None:
+        return self.hint if self.const and self.pytype is bool else None
+
+    def maybe_as_float(self) -> float | None:
+        return self.hint if self.const and self.pytype is float else None
+
+    def _wrap(self, v: Any) -> "SymGuard":
+        return SymGuard(self.rec, v, type(v), None, const=True)
+
+    wrap_int = wrap_bool = wrap_float = _wrap
+
+    def clone(self) -> "SymGuard":
+        return self
+
+    def str(self) -> str:
+        return str(self.hint) if self.const else str(self.g)
+
+    __str__ = str
+
+    def _graph_repr(self) -> str:
+        return self.str()
+
+    # -- recorded operations ----------------------------------------------------------------
+
+    def _g(self) -> str:
+        return self.rec.g_const(self.hint) if self.const else self.g  # type: ignore[return-value]
+
+    def _record(self, op: Op, args: tuple["SymGuard", ...], value: Any) -> "SymGuard":
+        rec = self.rec
+        for a in args:
+            a._force()
+        if all(a.const for a in args):
+            return self._wrap(value)
+        if len(args) == 2 and args[0].g is not None and args[0].g == args[1].g:
+            if op in _SELF_TRUE or op in _SELF_FALSE:
+                return self._wrap(op in _SELF_TRUE)
+        loc = rec.location()
+        out = SymGuard(rec, value, type(value), rec.g_op(op, tuple(a._g() for a in args), loc))
+        if rec.depth == 0 and rec.trace is not None:
+            out.t = rec.trace.emit(op, tuple(rec.t_name(a) for a in args), meta={"loc": loc})
+        return out
+
+    def _binary(self, name: str, other: "SymGuard") -> "SymGuard":
+        table = _INT_OPS if name in _INT_OPS else _COMPARE if name in _COMPARE else _LOGIC
+        op, fn = table[name]
+        return self._record(op, (self, other), fn(self.hint, other.hint))
+
+    def add(self, o: "SymGuard") -> "SymGuard": return self._binary("add", o)
+    def sub(self, o: "SymGuard") -> "SymGuard": return self._binary("sub", o)
+    def mul(self, o: "SymGuard") -> "SymGuard": return self._binary("mul", o)
+    def floordiv(self, o: "SymGuard") -> "SymGuard": return self._binary("floordiv", o)
+    def int_floordiv(self, o: "SymGuard") -> "SymGuard": return self._binary("floordiv", o)
+    def mod(self, o: "SymGuard") -> "SymGuard": return self._binary("mod", o)
+    def eq(self, o: "SymGuard") -> "SymGuard": return self._binary("eq", o)
+    def ne(self, o: "SymGuard") -> "SymGuard": return self._binary("ne", o)
+    def lt(self, o: "SymGuard") -> "SymGuard": return self._binary("lt", o)
+    def le(self, o: "SymGuard") -> "SymGuard": return self._binary("le", o)
+    def gt(self, o: "SymGuard") -> "SymGuard": return self._binary("gt", o)
+    def ge(self, o: "SymGuard") -> "SymGuard": return self._binary("ge", o)
+    def sym_and(self, o: "SymGuard") -> "SymGuard": return self._binary("sym_and", o)
+    def sym_or(self, o: "SymGuard") -> "SymGuard": return self._binary("sym_or", o)
+    def and_(self, o: "SymGuard") -> "SymGuard":
+        return self._binary("and_", o) if self.pytype is bool else self._specialized("bitwise_and", o)
+
+    def or_(self, o: "SymGuard") -> "SymGuard":
+        return self._binary("or_", o) if self.pytype is bool else self._specialized("bitwise_or", o)
+
+    def sym_not(self) -> "SymGuard":
+        return self._record(Op.BOOL_NOT, (self,), not self.hint)
+
+    def neg(self) -> "SymGuard":
+        return self._wrap(0).sub(self)
+
+    def pos(self) -> "SymGuard":
+        return self
+
+    def sym_sum(self, args: list["SymGuard"]) -> "SymGuard":
+        total = self._wrap(0)
+        for a in args:
+            total = total.add(a)
+        return total
+
+    # -- specializing operations (a guard that pins the branch taken) ------------------------
+
+    def _specialized(self, name: str, other: "SymGuard") -> "SymGuard":
+        if name in ("sym_min", "sym_max"):
+            keep_self = (self.le(other) if name == "sym_min" else self.ge(other)).guard_bool("", 0)
+            return self if keep_self else other
+        return self._wrap(_FOLD[name](self._pin(), other._pin()))
+
+    def _pin(self) -> Any:
+        if self.const or self.pytype is float:
+            return self.hint
+        if self.pytype is bool:
+            return self.guard_bool("", 0)
+        return self.guard_int("", 0)
+
+    def truediv(self, o: "SymGuard") -> "SymGuard": return self._specialized("truediv", o)
+    def int_truediv(self, o: "SymGuard") -> "SymGuard": return self._specialized("int_truediv", o)
+    def float_truediv(self, o: "SymGuard") -> "SymGuard": return self._specialized("float_truediv", o)
+    def pow(self, o: "SymGuard") -> "SymGuard": return self._specialized("pow", o)
+    def float_pow(self, o: "SymGuard") -> "SymGuard": return self._specialized("float_pow", o)
+    def pow_by_natural(self, o: "SymGuard") -> "SymGuard": return self._specialized("pow_by_natural", o)
+    def sym_min(self, o: "SymGuard") -> "SymGuard": return self._specialized("sym_min", o)
+    def sym_max(self, o: "SymGuard") -> "SymGuard": return self._specialized("sym_max", o)
+    def lshift(self, o: "SymGuard") -> "SymGuard": return self._specialized("lshift", o)
+    def rshift(self, o: "SymGuard") -> "SymGuard": return self._specialized("rshift", o)
+    def bitwise_and(self, o: "SymGuard") -> "SymGuard": return self._specialized("bitwise_and", o)
+    def bitwise_or(self, o: "SymGuard") -> "SymGuard": return self._specialized("bitwise_or", o)
+    def bitwise_xor(self, o: "SymGuard") -> "SymGuard": return self._specialized("bitwise_xor", o)
+
+    def sym_float(self) -> "SymGuard":
+        return self._wrap(float(self._pin()))
+
+    def sym_int(self) -> "SymGuard":
+        return self if self.pytype is int else self._wrap(int(self._pin()))
+
+    def _unary_float(self, fn: Callable[[Any], Any]) -> "SymGuard":
+        return self if self.pytype is int else self._wrap(fn(self._pin()))
+
+    def floor(self) -> "SymGuard":
+        import math
+
+        return self._unary_float(math.floor)
+
+    def ceil(self) -> "SymGuard":
+        import math
+
+        return self._unary_float(math.ceil)
+
+    def trunc(self) -> "SymGuard":
+        return self._unary_float(int)
+
+    def round(self, ndigits: int | None = None) -> "SymGuard":
+        return self._unary_float(lambda v: round(v, ndigits))
+
+    def is_integer(self) -> "SymGuard":
+        return self._wrap(self.pytype is int or float(self._pin()).is_integer())
+
+    def abs(self) -> "SymGuard":
+        return self if self.ge(self._wrap(0)).guard_bool("", 0) else self.neg()
+
+    def sym_ite(self, then_val: "SymGuard", else_val: "SymGuard") -> "SymGuard":
+        return then_val if self.guard_bool("", 0) else else_val
+
+    def is_contiguous(self, sizes: list["SymGuard"], strides: list["SymGuard"]) -> "SymGuard":
+        """PyTorch's contiguity rule (`_compute_contiguous`), each decision a guard once observed."""
+        return self._deferred(sizes, strides, _contiguous)
+
+    def is_non_overlapping_and_dense_indicator(self, sizes: list["SymGuard"], strides: list["SymGuard"]) -> "SymGuard":
+        return self._deferred(sizes, strides, _non_overlapping_and_dense, int)
+
+    def _deferred(self, sizes: list["SymGuard"], strides: list["SymGuard"],
+                  rule: Callable[[list[Any], list[Any]], bool], as_type: type = bool) -> "SymGuard":
+        hint = rule([s.hint for s in sizes], [s.hint for s in strides])
+        if all(s.const for s in sizes) and all(s.const for s in strides):
+            return self._wrap(as_type(hint))
+        if as_type is int:  # NOTE: an int indicator is compared, not guarded: decide now
+            rule([_Observed(s) for s in sizes], [_Observed(s) for s in strides])
+            return self._wrap(int(hint))
+        return SymGuard.deferred(self.rec, hint, lambda: rule([_Observed(s) for s in sizes],
+                                                              [_Observed(s) for s in strides]))
+
+    # -- guards: the value is observed, so the branch is recorded ----------------------------
+
+    def guard_bool(self, file: str, line: int) -> bool:
+        self._force()
+        if not self.const:
+            rec = self.rec
+            loc = rec.location()
+            rec.g_bailout(self._g(), bool(self.hint), loc)
+            if rec.depth == 0 and rec.trace is not None and not rec.muted:
+                rec.trace.emit(Op.BOOL_BAILOUT, (rec.t_name(self),), meta={"loc": loc}, expect=bool(self.hint))
+        return bool(self.hint)
+
+    def guard_int(self, file: str, line: int) -> int:
+        if not self.const:
+            self.eq(self._wrap(self.hint)).guard_bool(file, line)
+        return self.hint
+
+    def guard_float(self, file: str, line: int) -> float:
+        return float(self._pin())
+
+    def bool_(self) -> bool:
+        return self.guard_bool("", 0)
+
+    def int_(self) -> int:
+        return self.guard_int("", 0)
+
+    # NOTE: every value has a hint, so these observe it; unbacked sizes do not exist here.
+    expect_true = guard_bool
+    expect_size = guard_bool
+    guard_size_oblivious = guard_bool
+
+    def guard_or_false(self, file: str, line: int) -> bool:
+        """PyTorch's contract: False is always a correct answer here (the general path), so a
+        False hint needs no guard; a True one is observed."""
+        return self.guard_bool(file, line) if self.hint else False
+
+    def guard_or_true(self, file: str, line: int) -> bool:
+        """As `guard_or_false`, with True the general path."""
+        return True if self.hint else self.guard_bool(file, line)
+
+    def statically_known_true(self, file: str, line: int) -> bool:
+        return bool(self.const and self.hint)
+
+
+class _Observed:
+    """A size or stride whose comparisons are guards (for the contiguity rules below)."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: SymGuard):
+        self.node = node
+
+    def __eq__(self, other: object) -> bool:  # type: ignore[override]
+        o = other.node if isinstance(other, _Observed) else self.node._wrap(other)
+        return self.node.eq(o).guard_bool("", 0)
+
+    def __ne__(self, other: object) -> bool:  # type: ignore[override]
+        return not self == other
+
+    def __lt__(self, other: object) -> bool:
+        o = other.node if isinstance(other, _Observed) else self.node._wrap(other)
+        return self.node.lt(o).guard_bool("", 0)
+
+    def __mul__(self, other: Any) -> "_Observed":
+        o = other.node if isinstance(other, _Observed) else self.node._wrap(other)
+        return _Observed(self.node.mul(o))
+
+    __rmul__ = __mul__
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _contiguous(sizes: list[Any], strides: list[Any]) -> bool:
+    """`TensorImpl::compute_contiguous`: works on ints and on `_Observed` alike."""
+    expected: Any = 1
+    for size, stride in reversed(list(zip(sizes, strides))):
+        if size == 0:
+            return True
+        if size == 1:
+            continue
+        if stride != expected:
+            return False
+        expected = size * expected
+    return True
+
+
+def _non_overlapping_and_dense(sizes: list[Any], strides: list[Any]) -> bool:
+    """`TensorImpl::compute_non_overlapping_and_dense`: dims sorted by stride must tile densely."""
+    if len(sizes) == 1:
+        return sizes[0] < 2 or strides[0] == 1
+    order = sorted(range(len(sizes)), key=lambda i: (_hint(strides[i]), _hint(sizes[i])))
+    expected: Any = 1
+    for i in order:
+        if sizes[i] == 1:
+            continue
+        if strides[i] != expected:
+            return False
+        expected = sizes[i] * expected
+    return True
+
+
+def _hint(v: Any) -> Any:
+    return v.node.hint if isinstance(v, _Observed) else v
