@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from guardsolve.ir.concrete import run_concrete, run_trace
 from guardsolve.errors import (
-    GraphError, GuardFailure, GuardsolveError, ParseError, SolverError, TraceError,
+    DataDependentError, GraphError, GuardFailure, GuardsolveError, ParseError, SolverError, TraceError,
     UnsatisfiableGuardsError, UnsupportedOpError, VerificationError,
 )
+from guardsolve.ir.concrete import run_concrete
 from guardsolve.guards.shape import guard_graph
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.node import Node, SourceLoc
 from guardsolve.ir.ops import Op, Type
 from guardsolve.ir.printer import print_guards
-from guardsolve.errors import DataDependentError
+from guardsolve.trace.replay import run_trace
 from guardsolve.trace.tracer import Trace, trace
 
 __all__ = [

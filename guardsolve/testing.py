@@ -102,3 +102,68 @@ def random_guard_graph(rng: random.Random, *, n_bailouts: int = 6, tensors: int 
         b.g.emit(Op.BOOL_BAILOUT, (x,), expect=expect)
     b.g.meta["trace_dims"] = dict(dims)
     return b.g
+
+
+# -- exactness oracle for traced programs ------------------------------------------------------
+
+
+def perturbed_inputs(rng: random.Random, inputs: tuple[Any, ...], count: int) -> list[tuple[Any, ...]]:
+    """`count` variants of `inputs` with other sizes (and int values).
+
+    Half the variants map every distinct size value to one new value, so equal dims stay
+    equal and guards that tie dims can hold; the other half change dims independently.
+    """
+    import torch
+
+    def remap(v: int, table: dict[int, int]) -> int:
+        if v not in table:
+            table[v] = rng.choice([v, v, v + 1, 2 * v, 1, max(v - 1, 0), v + 2, rng.randint(0, 2 * v + 3)])
+        return table[v]
+
+    out: list[tuple[Any, ...]] = []
+    for k in range(count):
+        consistent = k % 2 == 0
+        table: dict[int, int] = {}
+        variant: list[Any] = []
+        for x in inputs:
+            if isinstance(x, torch.Tensor):
+                shape = [remap(d, table) if consistent else remap(d, {}) for d in x.shape]
+                variant.append(torch.randn(shape).to(x.dtype) if x.is_floating_point()
+                               else torch.randint(0, 2, shape).to(x.dtype))
+            elif isinstance(x, int) and not isinstance(x, bool):
+                variant.append(rng.choice([x, x + 1, -x, 2 * x, 0, x - 1]) if not consistent else remap(x, table))
+            else:
+                variant.append(x)
+        out.append(tuple(variant))
+    return out
+
+
+def exactness_failures(fn: Callable[..., Any], inputs: tuple[Any, ...], *, count: int = 12,
+                       seed: int = 0) -> list[str]:
+    """Where `simplify(trace(fn, *inputs))` is not exact: shapes S (eager runs at S) at which
+    `GuardSet.check(S)` differs from "re-tracing at S gives the same guard graph", i.e. the
+    same bailouts (arithmetic nodes no bailout reads may differ: PyTorch computes some sizes
+    only on some paths)."""
+    from guardsolve.errors import GuardsolveError
+    from guardsolve.ir.printer import print_guards
+    from guardsolve.solve.simplify import simplify
+    from guardsolve.trace.tracer import trace
+
+    t = trace(fn, *inputs)
+    gs = simplify(t)
+    reference = print_guards(t.guard_graph())
+    failures: list[str] = []
+    for variant in perturbed_inputs(random.Random(seed), inputs, count):
+        try:
+            fn(*variant)
+        except Exception:
+            continue  # NOTE: eager itself rejects these sizes: nothing to compare
+        try:
+            same = print_guards(trace(fn, *variant).guard_graph()) == reference
+        except GuardsolveError:
+            same = False
+        accepted = gs.check(*variant)
+        if accepted != same:
+            shapes = [list(v.shape) if hasattr(v, "shape") else v for v in variant]
+            failures.append(f"{shapes}: check says {accepted}, re-trace says {'same' if same else 'different'}")
+    return failures

@@ -202,7 +202,9 @@ class SymGuard(SymNode):
         if self.lazy is not None:
             decide, self.lazy = self.lazy, None
             decide()
-            self.const = True
+            # NOTE: a float stays "symbolic" for torch (its SymFloat wrapper must keep working);
+            # every operation on it pins it, so it never reaches the guard graph.
+            self.const = self.pytype is not float
 
     def __repr__(self) -> str:
         return f"SymGuard({self.g or self.hint}~{self.hint})"
@@ -213,7 +215,7 @@ class SymGuard(SymNode):
     def expr(self) -> Any:
         import sympy
 
-        if self.const:
+        if self.const or self.g is None:
             return sympy.sympify(self.hint)
         return sympy.Symbol(self.g, integer=self.pytype is int)
 
@@ -294,6 +296,8 @@ class SymGuard(SymNode):
         return out
 
     def _binary(self, name: str, other: "SymGuard") -> "SymGuard":
+        if self.pytype is float or other.pytype is float:
+            return self._wrap(_FOLD[name](self._pin(), other._pin()))
         table = _INT_OPS if name in _INT_OPS else _COMPARE if name in _COMPARE else _LOGIC
         op, fn = table[name]
         return self._record(op, (self, other), fn(self.hint, other.hint))
@@ -342,6 +346,7 @@ class SymGuard(SymNode):
         return self._wrap(_FOLD[name](self._pin(), other._pin()))
 
     def _pin(self) -> Any:
+        self._force()
         if self.const or self.pytype is float:
             return self.hint
         if self.pytype is bool:
@@ -363,7 +368,12 @@ class SymGuard(SymNode):
     def bitwise_xor(self, o: "SymGuard") -> "SymGuard": return self._specialized("bitwise_xor", o)
 
     def sym_float(self) -> "SymGuard":
-        return self._wrap(float(self._pin()))
+        """A float that pins this int (`x == value`) once anything computes with it."""
+        if self.const or self.pytype is float:
+            return self._wrap(float(self.hint))
+        node = SymGuard(self.rec, float(self.hint), float, None)
+        node.lazy = lambda: self._pin() and None
+        return node
 
     def sym_int(self) -> "SymGuard":
         return self if self.pytype is int else self._wrap(int(self._pin()))
@@ -445,14 +455,11 @@ class SymGuard(SymNode):
     expect_size = guard_bool
     guard_size_oblivious = guard_bool
 
-    def guard_or_false(self, file: str, line: int) -> bool:
-        """PyTorch's contract: False is always a correct answer here (the general path), so a
-        False hint needs no guard; a True one is observed."""
-        return self.guard_bool(file, line) if self.hint else False
-
-    def guard_or_true(self, file: str, line: int) -> bool:
-        """As `guard_or_false`, with True the general path."""
-        return True if self.hint else self.guard_bool(file, line)
+    # NOTE: PyTorch may answer these without a guard (for sizes it has no value of); with a
+    # value at hand the answer is observed, so re-tracing at other sizes takes the same path
+    # exactly when the guards hold.
+    guard_or_false = guard_bool
+    guard_or_true = guard_bool
 
     def statically_known_true(self, file: str, line: int) -> bool:
         return bool(self.const and self.hint)

@@ -134,13 +134,3 @@ def concrete_rules(inputs: Mapping[str, Any]) -> RuleTable:
 def run_concrete(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Interpret `graph` on `inputs`; raises `GuardFailure` at the first failing bailout."""
     return interpret(graph, concrete_rules(inputs))
-
-
-def run_trace(graph: Graph, *args: Any, constants: Mapping[str, Any] | None = None) -> Any:
-    """Re-execute a tensor trace on new positional inputs; return its last value."""
-    names = [n.params["name"] for n in graph.placeholders()]
-    if len(args) != len(names):
-        raise InputMismatchError(f"the trace takes {len(names)} inputs ({', '.join(names)}), got {len(args)}")
-    env = run_concrete(graph, {**(constants or {}), **dict(zip(names, args))})
-    last = [n for n in graph.nodes if n.outputs]
-    return env[last[-1].outputs[0]] if last else None

@@ -17,9 +17,12 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Mapping
 
-from guardsolve.errors import GuardFailure
+import torch
+
+from guardsolve.errors import GuardFailure, InputMismatchError
+from guardsolve.guards.shape import guard_graph, signature_of, uses_pytorch_rules
 from guardsolve.guards.shape import value_bailouts
-from guardsolve.ir.concrete import TENSOR_RULES, compile_call
+from guardsolve.ir.concrete import TENSOR_RULES, compile_call, run_concrete
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Op
@@ -126,3 +129,31 @@ def compile_replay(graph: Graph, out_spec: Any, constants: Mapping[str, Any]) ->
     fn = ns["replay"]
     fn.__source__ = src
     return fn
+
+
+def run_trace(graph: Graph, *args: Any, constants: Mapping[str, Any] | None = None) -> Any:
+    """Re-execute a tensor trace on new positional inputs; return its last value.
+
+    A trace of PyTorch ops first checks its guard graph on the inputs' sizes, so inputs the
+    trace does not fit raise `GuardFailure` naming the bailout and the user's line.
+    """
+    names = [n.params["name"] for n in graph.placeholders()]
+    if len(args) != len(names):
+        raise InputMismatchError(f"the trace takes {len(names)} inputs ({', '.join(names)}), got {len(args)}")
+    if uses_pytorch_rules(graph):
+        dims: dict[str, Any] = {}
+        for p, a in zip(signature_of(graph), args):
+            if p.kind == "int":
+                dims[p.name] = a
+                continue
+            if not isinstance(a, torch.Tensor) or a.dim() != p.rank:
+                got = f"rank {a.dim()}" if isinstance(a, torch.Tensor) else type(a).__name__
+                raise InputMismatchError(f"input {p.name!r} must be a rank-{p.rank} tensor, got {got}")
+            dims.update(zip(p.dims, a.shape))
+        guards = guard_graph(graph)
+        values = value_bailouts(guards)  # NOTE: data guards run with the trace itself, below
+        run_concrete(Graph([n for i, n in enumerate(guards.nodes)
+                            if i not in values and n.op is not Op.BOOL_OPAQUE]), dims)
+    env = run_concrete(graph, {**(constants or {}), **dict(zip(names, args))})
+    last = [n for n in graph.nodes if n.outputs]
+    return env[last[-1].outputs[-1]] if last else None

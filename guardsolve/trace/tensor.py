@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from guardsolve.errors import DataDependentError, GuardsolveError, TraceError, UnsupportedOpError
 from guardsolve.ir.aten import Ref, qualified_name, refs
@@ -62,9 +62,13 @@ class TracedTensor(torch.Tensor):
         sizes = [_aliased(rec, s, name, Op.VAR_SIZE, i) for i, s in enumerate(meta.shape)]
         strides = [_aliased(rec, s, name, Op.VAR_STRIDE, i) for i, s in enumerate(meta.stride())]
         offset = _aliased(rec, meta.storage_offset(), name, Op.VAR_STORAGE_OFFSET)
-        out = torch.Tensor._make_wrapper_subclass(
-            cls, sizes, strides=strides, storage_offset=offset, dtype=real.dtype,
-            device=real.device, layout=real.layout, requires_grad=real.requires_grad)
+        muted, rec.muted = rec.muted, True  # NOTE: PyTorch's checks on our stand-in, not on user code
+        try:
+            out = torch.Tensor._make_wrapper_subclass(
+                cls, sizes, strides=strides, storage_offset=offset, dtype=real.dtype,
+                device=real.device, layout=real.layout, requires_grad=real.requires_grad)
+        finally:
+            rec.muted = muted
         out.eager, out.symbolic, out.tname, out.rec = real, meta, name, rec
         out.poisoned = ""
         return out
@@ -77,6 +81,12 @@ class TracedTensor(torch.Tensor):
 
     def __repr__(self) -> str:  # type: ignore[override]
         return f"TracedTensor({self.tname}, {self.eager!r})"
+
+    def tolist(self) -> Any:  # type: ignore[override]
+        """Tensor data as Python values: a value guard that the data is what it was."""
+        values = self.eager.tolist()
+        bool((self == torch.tensor(values, dtype=self.dtype)).all())
+        return values
 
 
 class TracingMode(TorchDispatchMode):
@@ -109,6 +119,13 @@ class TracingMode(TorchDispatchMode):
 
     def _call(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         flat, spec = tree_flatten((args, kwargs))
+        mine, foreign = _ownership(flat, self.rec)
+        if foreign and not mine:  # NOTE: another trace's business (one starting inside this one)
+            with _disable_current_modes():
+                return func(*args, **kwargs)
+        if foreign:
+            raise TraceError(f"{qualified_name(func)}: an input belongs to a different trace; values cannot "
+                             f"cross traces{self._at()}")
         for a in flat:
             if isinstance(a, TracedTensor) and a.poisoned:
                 raise UnsupportedOpError(qualified_name(func), f"its input {a.tname} {a.poisoned}", self._where())
@@ -119,7 +136,8 @@ class TracingMode(TorchDispatchMode):
         real_flat = [self._real(a) for a in flat]
         real_args, real_kwargs = tree_unflatten(real_flat, spec)
         try:
-            real_out = func(*real_args, **real_kwargs)
+            with _disable_current_modes():  # NOTE: an enclosing trace must not see our inner work
+                real_out = func(*real_args, **real_kwargs)
         except Exception as e:
             raise TraceError(f"{qualified_name(func)} failed in eager PyTorch: {e}{self._at()}") from e
         if not traced:
@@ -128,13 +146,15 @@ class TracingMode(TorchDispatchMode):
         if takes_device(func):
             meta_kwargs = {**meta_kwargs, "device": _META}
         try:
-            meta_out = shape_rule(func, meta_args, meta_kwargs)
+            with _disable_current_modes():
+                meta_out = shape_rule(func, meta_args, meta_kwargs)
         except GuardsolveError:
             raise
         except Exception as e:
             from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
-            if isinstance(e, (DataDependentOutputException, DynamicOutputShapeException)):
+            if (isinstance(e, (DataDependentOutputException, DynamicOutputShapeException))
+                    or torch.Tag.dynamic_output_shape in func.tags):
                 raise DataDependentError(f"{qualified_name(func)}: its output shape depends on tensor data"
                                          f"{self._at()}") from e
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
@@ -191,7 +211,8 @@ class TracingMode(TorchDispatchMode):
                                      "pass value_guards=True to trace() to record a value bailout")
         real_args, real_kwargs = tree_unflatten([self._real(a) for a in tree_flatten((args, kwargs))[0]],
                                                 tree_flatten((args, kwargs))[1])
-        value = func(*real_args, **real_kwargs)
+        with _disable_current_modes():
+            value = func(*real_args, **real_kwargs)
         rec = self.rec
         assert rec.trace is not None
         probe = t if func is not _aten._local_scalar_dense.default else self._call(_aten.eq.Scalar, (t, value), {})
@@ -259,6 +280,19 @@ class TracingMode(TorchDispatchMode):
 
     def _where(self) -> str:
         return str(self.rec.loc) if self.rec.loc is not None else ""
+
+
+def _ownership(flat: list[Any], rec: Recorder) -> tuple[bool, bool]:
+    """Does the call use values of this trace, and values of another one?"""
+    mine = foreign = False
+    for a in flat:
+        owner = a.rec if isinstance(a, TracedTensor) else (
+            a.node.rec if isinstance(a, torch.SymInt) and isinstance(a.node, SymGuard) else None)
+        if owner is rec:
+            mine = True
+        elif owner is not None:
+            foreign = True
+    return mine, foreign
 
 
 def takes_device(func: Any) -> bool:

@@ -13,6 +13,7 @@ bool_bailout(i4, expect=True)
 from __future__ import annotations
 
 import inspect
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -139,22 +140,35 @@ def placeholder(rec: Recorder, p: Param, value: Any) -> Any:
 class _presents_as_tracing:
     """Library code asks `torch.compiler.is_compiling()` / `is_exporting()` to skip fast paths
     that read tensor data (transformers' mask helpers, `nn.MultiheadAttention`'s fast path);
-    guardsolve answers as non-strict torch.export does, and restores both flags on exit."""
+    guardsolve answers as non-strict torch.export does while any trace runs.
+
+    The flags are torch's process-wide state, so concurrent traces share one count of how
+    many are running; the last one out restores them.
+    """
 
     _FLAGS = ("_is_compiling_flag", "_is_exporting_flag")
+    _lock = threading.Lock()
+    _active = [0]  # NOTE: mirrors torch's global flags; mutated only under the lock
+    _saved: list[Any] = []
 
     def __enter__(self) -> None:
         import torch.compiler as tc
 
-        self._saved = [getattr(tc, f) for f in self._FLAGS]
-        for f in self._FLAGS:
-            setattr(tc, f, True)
+        with self._lock:
+            if self._active[0] == 0:
+                type(self)._saved = [getattr(tc, f) for f in self._FLAGS]
+                for f in self._FLAGS:
+                    setattr(tc, f, True)
+            self._active[0] += 1
 
     def __exit__(self, *exc: Any) -> None:
         import torch.compiler as tc
 
-        for f, v in zip(self._FLAGS, self._saved):
-            setattr(tc, f, v)
+        with self._lock:
+            self._active[0] -= 1
+            if self._active[0] == 0:
+                for f, v in zip(self._FLAGS, self._saved):
+                    setattr(tc, f, v)
 
 
 def _module_names(fn: Any) -> dict[int, str]:
