@@ -3,8 +3,6 @@
 A bailout whose value differs from the one recorded raises `GuardFailure`, naming the
 bailout and the user source line:
 
->>> from guardsolve.ir.aten import refs, resolve, substitute
-from guardsolve.ir.graph import Graph
 >>> g = Graph.parse("a0 = int_placeholder(name=a0)\\nb0 = int_placeholder(name=b0)\\n"
 ...                 "i0 = int_eq(a0, b0)\\nbool_bailout(i0, expect=True)")
 >>> run_concrete(g, {"a0": 4, "b0": 8})

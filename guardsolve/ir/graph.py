@@ -24,6 +24,8 @@ from guardsolve.ir.aten import resolve
 from guardsolve.ir.ops import SPECS, Args, Ints, Kwargs, Number, Op, OpName, Type
 from guardsolve.ir.parse import parse_nodes
 
+_PLACEHOLDERS = frozenset({Op.VAR_PLACEHOLDER, Op.INT_PLACEHOLDER, Op.INT_ARG, Op.VAR_PARAM})
+
 # NOTE: the prefix of fresh names by result type follows the notebook: bools share `i` with ints.
 PREFIX: Mapping[Type, str] = {Type.BOOL: "i", Type.INT: "i", Type.SIZE: "s", Type.TENSOR: "v"}
 
@@ -87,6 +89,26 @@ class Graph:
         return self.nodes == other.nodes
 
     __hash__ = None  # type: ignore[assignment]
+
+    def pruned(self) -> "Graph":
+        """The graph without nodes that no bailout or call depends on (placeholders stay),
+        renumbered: PyTorch computes sizes it never asks about, e.g. storage sizes. Only for
+        guard graphs, whose calls are none."""
+        need: set[str] = set()
+        keep: list[Node] = []
+        for n in reversed(self.nodes):
+            if (n.op is Op.BOOL_BAILOUT or n.op is Op.ATEN or n.op in _PLACEHOLDERS
+                    or any(o in need for o in n.outputs)):
+                need.update(n.inputs)
+                keep.append(n)
+        g = Graph(meta=self.meta)
+        rename: dict[str, str] = {}
+        for n in reversed(keep):
+            if n.op not in _PLACEHOLDERS and n.outputs and n.op is not Op.ATEN:
+                rename[n.outputs[0]] = g.fresh(PREFIX[SPECS[n.op].result])  # type: ignore[index]
+            g.append(Node(n.op, tuple(rename.get(x, x) for x in n.inputs),
+                          tuple(rename.get(o, o) for o in n.outputs), n.params, n.meta))
+        return g
 
     def bailouts(self) -> list[Node]:
         return [n for n in self.nodes if n.op is Op.BOOL_BAILOUT]

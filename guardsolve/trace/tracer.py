@@ -7,7 +7,9 @@ a = var_placeholder(name=a, rank=1, shape=[4], dtype=float32)
 b = var_placeholder(name=b, rank=1, shape=[4], dtype=float32)
 v0 = aten.add.Tensor(a, b)
 >>> print(t.guard_graph().bailouts()[0])
-bool_bailout(i4, expect=True)
+bool_bailout(i3, expect=False)
+>>> print(t.guard_graph().nodes[5])
+i3 = int_eq(a0, i2)
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     mode = TracingMode(rec, _module_names(fn))
     with paused_gc(), _presents_as_tracing(), enable_python_dispatcher(), mode:
         result = fn(*args)
-    return Trace(graph, unwrap(result), signature, fn, mode.constants, spec(result, rec), rec.guards)
+    return Trace(graph, unwrap(result), signature, fn, mode.constants, spec(result, rec), rec.guards.pruned())
 
 
 def placeholder(rec: Recorder, p: Param, value: Any) -> Any:
