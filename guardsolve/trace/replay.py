@@ -132,7 +132,8 @@ def compile_replay(graph: Graph, out_spec: Any, constants: Mapping[str, Any]) ->
 
 
 def run_trace(graph: Graph, *args: Any, constants: Mapping[str, Any] | None = None) -> Any:
-    """Re-execute a tensor trace on new positional inputs; return its last value.
+    """Re-execute a tensor trace on new positional inputs; return its output (the traced
+    function's output structure, or, for a parsed trace, the first value of its last node).
 
     A trace of PyTorch ops first checks its guard graph on the inputs' sizes, so inputs the
     trace does not fit raise `GuardFailure` naming the bailout and the user's line.
@@ -155,5 +156,21 @@ def run_trace(graph: Graph, *args: Any, constants: Mapping[str, Any] | None = No
         run_concrete(Graph([n for i, n in enumerate(guards.nodes)
                             if i not in values and n.op is not Op.BOOL_OPAQUE]), dims)
     env = run_concrete(graph, {**(constants or {}), **dict(zip(names, args))})
+    out_spec = graph.meta.get("out_spec")
+    if out_spec is not None:
+        return _build(out_spec, env)
     last = [n for n in graph.nodes if n.outputs]
-    return env[last[-1].outputs[-1]] if last else None
+    return env[last[-1].outputs[0]] if last else None
+
+
+def _build(spec: Any, env: Mapping[str, Any]) -> Any:
+    """The output structure of a trace, from `Ref`s into the values of a run."""
+    from guardsolve.trace.tracer import Ref
+
+    if isinstance(spec, Ref):
+        return env[spec.name]
+    if isinstance(spec, (tuple, list)):
+        return type(spec)(_build(x, env) for x in spec)
+    if isinstance(spec, dict):
+        return {k: _build(x, env) for k, x in spec.items()}
+    return spec

@@ -120,7 +120,9 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     mode = TracingMode(rec, _module_names(fn))
     with paused_gc(), _presents_as_tracing(), enable_python_dispatcher(), mode:
         result = fn(*args)
-    return Trace(graph, unwrap(result), signature, fn, mode.constants, spec(result, rec), rec.guards.pruned())
+    out_spec = spec(result, rec)
+    graph.meta["out_spec"] = out_spec
+    return Trace(graph, unwrap(result), signature, fn, mode.constants, out_spec, rec.guards.pruned())
 
 
 def placeholder(rec: Recorder, p: Param, value: Any) -> Any:
