@@ -36,7 +36,9 @@ def test_replay_is_compiled_and_equals_eager() -> None:
         with torch.no_grad():
             assert torch.allclose(fast(x), model(x), atol=1e-6)
     info = fast.cache_info()
-    assert (info.entries, info.hits, info.misses) == (1, 5, 1)  # one entry: x0 is free
+    # two entries: x0 is free except that PyTorch's addmm decides x0 == 1 (as its 0/1
+    # specialization does for make_fx and torch.export)
+    assert (info.entries, info.hits, info.misses) == (2, 4, 2)
     src = fast.entries[0].run.__source__
     assert src.startswith("def replay(input):") and "bailout" not in src and "interpret" not in src
 

@@ -15,32 +15,19 @@ from guardsolve.ir.ops import Op
 from guardsolve.testing import exactness_failures
 from guardsolve.trace.tensor import TracedTensor
 
-# The seed notebook's trace of `a + b` in its own five-op IR (the teaching path).
-NOTEBOOK_TRACE = """\
-a = var_placeholder(name=a, rank=1)
-b = var_placeholder(name=b, rank=1)
-s0 = var_size(a)
-s1 = var_size(b)
-i0 = size_index(s0, index=0)
-i1 = size_index(s1, index=0)
-i2 = int_const(val=1)
-i3 = int_eq(i0, i2)
-bool_bailout(i3, expect=False)
-i4 = int_const(val=1)
-i5 = int_eq(i1, i4)
-bool_bailout(i5, expect=False)
-i6 = int_eq(i0, i1)
-bool_bailout(i6, expect=True)
-s2 = size_ctor(i0)
-i7 = size_index(s0, index=0)
-i8 = size_index(s2, index=0)
-i9 = int_eq(i7, i8)
-bool_bailout(i9, expect=True)
-i10 = size_index(s1, index=0)
-i11 = size_index(s2, index=0)
-i12 = int_eq(i10, i11)
-bool_bailout(i12, expect=True)
-v0 = var_add(a, b)"""
+def _seed_trace() -> str:
+    """The seed notebook's trace of `a + b` in its own five-op IR, from examples/notebook.py."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parent.parent / "examples" / "notebook.py"
+    spec = importlib.util.spec_from_file_location("notebook_example", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.SEED_TRACE
+
+
+NOTEBOOK_TRACE = _seed_trace()
 
 
 def add(a, b):
