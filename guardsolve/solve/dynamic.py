@@ -86,6 +86,23 @@ def classify(c: Constraint, d: str) -> tuple[str, str]:
     return "general", f"a relation too general for torch.export's Dim (it cannot express `{c.text}`)"
 
 
+def _by_convention(c: Constraint, dynamic: set[str]) -> bool:
+    """Does torch.export's own convention imply the guard? It assumes every dynamic dim is at
+    least 2 (its 0/1 specialization), so `x0 >= 2` or `x0 != 1` on a dynamic size need no fix.
+    """
+    import z3
+
+    from guardsolve.solve.smt import formula_to_z3, z3_vars
+
+    var = z3_vars(z3.Context())
+    s = z3.Solver(ctx=var.ctx)
+    s.set("timeout", 1000)
+    for d in c.dims:
+        s.add(var(d) >= (2 if d in dynamic else 0))
+    s.add(z3.Not(formula_to_z3(c.formula, var)))
+    return s.check() == z3.unsat
+
+
 def violations(constraints: Iterable[Constraint], known: Iterable[str], dynamic: Iterable[str]) -> list[Violation]:
     dims = list(known)
     want = list(dynamic)
@@ -94,6 +111,8 @@ def violations(constraints: Iterable[Constraint], known: Iterable[str], dynamic:
         raise InputMismatchError(f"unknown dim {bad[0]!r} in dynamic (known: {', '.join(dims)})")
     out = []
     for c in constraints:
+        if any(d in c.dims for d in want) and _by_convention(c, set(want)):
+            continue
         for d in want:
             if d in c.dims:
                 kind, text = classify(c, d)
