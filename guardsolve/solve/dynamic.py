@@ -1,11 +1,11 @@
 """Declared-dynamic dims: which minimal guards constrain them, fixes in torch.export's words,
-and a `dynamic_shapes` spec for `torch.export.export` that satisfies the guards.
+and a `dynamic_shapes` spec for `torch.export.export` that satisfies the guards. A guard that
+torch.export's own convention implies (dynamic dims are at least 2, e.g. `a0 != 1`) needs no fix.
 
 >>> import torch, guardsolve
 >>> gs = guardsolve.simplify(guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4)))
 >>> for v in gs.violations(dynamic=["a0", "b0"]): print(v)
 a0 == b0: a0 and b0 must be equal: use one Dim for both
-a0 != 1: a0 != 1 excludes one size: torch.export cannot say "!= 1"; Dim("a0", min=2) satisfies it (and also excludes 0)
 >>> print(export_spec(gs, ["a0", "b0"]).source)
 from torch.export import Dim
 a0 = Dim("a0", min=2)

@@ -22,7 +22,7 @@ import z3
 from guardsolve.errors import UnsatisfiableGuardsError
 from guardsolve.guards.expr import FALSE, TRUE, Formula, Poly, Rel, cancel, conjuncts, substitute
 from guardsolve.guards.normalize import Atom, describe, normalize
-from guardsolve.guards.shape import guard_graph, is_guard_graph, signature_of
+from guardsolve.guards.shape import guard_graph
 from guardsolve.ir.graph import Graph
 from guardsolve.solve.constraint import Constraint, DimOrder, render_eq, render_formula, render_ne, render_order
 from guardsolve.solve.guardset import GuardSet
@@ -370,15 +370,14 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
     """
     from guardsolve.trace.tracer import Trace
 
-    if isinstance(graph, Trace):
-        graph = graph.graph
     with paused_gc():
-        return _simplify(graph, verify, timeout_ms)
+        # NOTE: a Trace carries the guard graph recorded while it ran; no need to replay it
+        gg = graph.guard_graph() if isinstance(graph, Trace) else guard_graph(graph)
+        return _simplify(gg, verify, timeout_ms)
 
 
-def _simplify(graph: Graph, verify: bool, timeout_ms: int) -> GuardSet:
-    gg = guard_graph(graph)
-    signature = gg.meta.get("signature") if is_guard_graph(graph) else signature_of(graph)
+def _simplify(gg: Graph, verify: bool, timeout_ms: int) -> GuardSet:
+    signature = gg.meta.get("signature")
     s = Simplifier(gg, timeout_ms)
     constraints, implied, undecided = s.run()
     gs = GuardSet(constraints, gg, s.norm.dims, frozenset(s.sizes), signature, implied, undecided,
