@@ -144,7 +144,6 @@ def exactness_failures(fn: Callable[..., Any], inputs: tuple[Any, ...], *, count
     `GuardSet.check(S)` differs from "re-tracing at S gives the same guard graph", i.e. the
     same bailouts (arithmetic nodes no bailout reads may differ: PyTorch computes some sizes
     only on some paths)."""
-    from guardsolve.errors import GuardsolveError
     from guardsolve.ir.printer import print_guards
     from guardsolve.solve.simplify import simplify
     from guardsolve.trace.tracer import trace
@@ -160,7 +159,7 @@ def exactness_failures(fn: Callable[..., Any], inputs: tuple[Any, ...], *, count
             continue  # NOTE: eager itself rejects these sizes: nothing to compare
         try:
             same = print_guards(trace(fn, *variant).guard_graph()) == reference
-        except GuardsolveError:
+        except Exception:  # NOTE: no trace at S (user code fails on symbolic sizes): not the same
             same = False
         accepted = gs.check(*variant)
         if accepted != same:

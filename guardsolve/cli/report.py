@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from guardsolve.ir.graph import Graph
+from guardsolve.ir.ops import Op
 from guardsolve.solve.guardset import GuardSet
 
 JSON_VERSION = 1
@@ -146,11 +147,10 @@ def dot_report(gs: GuardSet) -> str:
 def trace_summary(t: Any, gs: GuardSet) -> str:
     """What every example prints: trace size, raw bailouts, minimal guards, their explanation."""
     nodes = len(t.graph)
-    tensor_ops = sum(1 for n in t.graph if n.op.value.startswith("var_") and n.op.value not in
-                     ("var_placeholder", "var_param", "var_size"))
+    tensor_ops = sum(1 for n in t.graph if n.op is Op.ATEN)
     lines = [
-        f"trace: {nodes} nodes ({tensor_ops} tensor ops, {len(t.constants)} constants)",
-        f"bailouts: {len(t.graph.bailouts())} raw -> {len(gs)} minimal guards",
+        f"trace: {nodes} nodes ({tensor_ops} PyTorch ops, {len(t.constants)} constants)",
+        f"bailouts: {len(t.guard_graph().bailouts())} raw -> {len(gs)} minimal guards",
         "",
         "# minimal guards",
         str(gs) if len(gs) else "(none: any input of these ranks is accepted)",

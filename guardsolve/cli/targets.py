@@ -131,7 +131,7 @@ def load(target: str, shapes: Sequence[str] = (), ints: Sequence[str] = (),
     for s in ints:
         name, value = parse_int(s)
         given[name] = value
-    names = _params(fn)
+    names = _params(fn, given)
     unknown = [n for n in given if n not in names]
     if unknown:
         raise TargetError(f"{target} has no parameter {unknown[0]!r} (parameters: {', '.join(names)})")
@@ -164,7 +164,9 @@ def _user_frame(e: BaseException) -> str:
     return f"{short_path(f.filename)}:{f.lineno}  {f.line}"
 
 
-def _params(fn: Callable[..., Any]) -> list[str]:
+def _params(fn: Callable[..., Any], given: Mapping[str, Any]) -> list[str]:
+    """The positional parameters to trace: every required one, and optional ones (a model's
+    `forward(input_ids=None, attention_mask=None, ...)`) up to the last one given."""
     import inspect
 
     if isinstance(fn, torch.nn.Module):
@@ -173,8 +175,11 @@ def _params(fn: Callable[..., Any]) -> list[str]:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         raise TargetError(f"cannot read the parameters of {fn!r}") from None
-    n = sum(1 for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            and p.default is p.empty)
+    positional = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    n = sum(1 for p in positional if p.default is p.empty)
+    n = max([n] + [i + 1 for i, p in enumerate(positional) if p.name in given])
+    if any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values()):
+        n = max(n, len(given))
     return parameter_names(fn, n)
 
 

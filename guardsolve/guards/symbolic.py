@@ -82,6 +82,26 @@ _SELF_TRUE = frozenset({Op.INT_EQ, Op.INT_LE, Op.INT_GE})
 _SELF_FALSE = frozenset({Op.INT_NE, Op.INT_LT, Op.INT_GT})
 
 
+def _identity(name: str, a: "SymGuard", b: "SymGuard") -> "SymGuard | None":
+    """`x + 0`, `x * 1`, `x // 1`, `x % 1`, `x * 0`: exact for Python ints, so PyTorch's
+    `1 * size` and `(n - 0) // 1` never reach the guard graph."""
+    if a.pytype is not int or b.pytype is not int:
+        return None
+    if b.const:
+        if b.hint == 0 and name in ("add", "sub"):
+            return a
+        if b.hint == 1 and name in ("mul", "floordiv", "int_floordiv"):
+            return a
+        if (b.hint == 1 and name == "mod") or (b.hint == 0 and name == "mul"):
+            return a._wrap(0)
+    if a.const:
+        if (a.hint == 0 and name == "add") or (a.hint == 1 and name == "mul"):
+            return b
+        if a.hint == 0 and name == "mul":
+            return a._wrap(0)
+    return None
+
+
 class Recorder:
     """The state of one trace: the guard graph, the tensor trace, and where user code is.
 
@@ -298,6 +318,9 @@ class SymGuard(SymNode):
     def _binary(self, name: str, other: "SymGuard") -> "SymGuard":
         if self.pytype is float or other.pytype is float:
             return self._wrap(_FOLD[name](self._pin(), other._pin()))
+        same = _identity(name, self, other)
+        if same is not None:
+            return same
         table = _INT_OPS if name in _INT_OPS else _COMPARE if name in _COMPARE else _LOGIC
         op, fn = table[name]
         return self._record(op, (self, other), fn(self.hint, other.hint))

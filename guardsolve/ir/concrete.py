@@ -63,9 +63,9 @@ def _prim(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[
     return run
 
 
-def compile_call(fn: str, args: Any, kwargs: Any) -> Callable[..., Any]:
+def compile_call(fn: str, args: Any, kwargs: Any, outputs: int | None = None) -> Callable[..., Any]:
     """A function of the call's input values (in `refs` order) running the op on them; several
-    tensor outputs come back as a list."""
+    tensor outputs (`outputs` of them, when known) come back as a list."""
     func = resolve(fn)
     names = refs((args, kwargs))
     template = (tuple(args), dict(kwargs))
@@ -73,7 +73,11 @@ def compile_call(fn: str, args: Any, kwargs: Any) -> Callable[..., Any]:
     def run(*values: Any) -> Any:
         env = dict(zip(names, values))
         a, k = substitute(template, env.__getitem__)
-        tensors = [x for x in tree_flatten(func(*a, **k))[0] if isinstance(x, torch.Tensor)]
+        leaves = tree_flatten(func(*a, **k))[0]
+        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+        if outputs is not None and len(tensors) != outputs:
+            # NOTE: eager left an output undefined (None) where the shape rule has a tensor
+            tensors = [x for x in leaves if x is None or isinstance(x, torch.Tensor)]
         return tensors[0] if len(tensors) == 1 else tensors
 
     return run

@@ -100,7 +100,7 @@ def _lines(graph: Graph, out_spec: Any) -> tuple[list[str], dict[str, Any]]:
         elif n.op is Op.SIZE_CTOR:
             body.append(f"{out} = (" + "".join(f"{x}, " for x in n.inputs) + ")")
         elif n.op is Op.ATEN:
-            ns[f"k_{out}"] = compile_call(**n.params)
+            ns[f"k_{out}"] = compile_call(**n.params, outputs=len(n.outputs))
             body.append(f"{', '.join(n.outputs)} = k_{out}({', '.join(n.inputs)})")
         else:
             ns[f"k_{out}"] = partial(TENSOR_RULES[n.op], **n.params) if n.params else TENSOR_RULES[n.op]

@@ -59,6 +59,7 @@ class TracedTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, real: torch.Tensor, meta: torch.Tensor, name: str, rec: Recorder) -> "TracedTensor":
+        real = _laid_out_as(real, meta)
         sizes = [_aliased(rec, s, name, Op.VAR_SIZE, i) for i, s in enumerate(meta.shape)]
         strides = [_aliased(rec, s, name, Op.VAR_STRIDE, i) for i, s in enumerate(meta.stride())]
         offset = _aliased(rec, meta.storage_offset(), name, Op.VAR_STORAGE_OFFSET)
@@ -175,7 +176,12 @@ class TracingMode(TorchDispatchMode):
         names: list[str] = []
         out: list[Any] = []
         for r, m in zip(real_leaves, meta_leaves):
-            if isinstance(r, torch.Tensor):
+            if r is None and isinstance(m, torch.Tensor):
+                # NOTE: an output eager leaves undefined (mkldnn's workspace): named, as the
+                # shape rule's output is, so a replay binds the same names
+                names.append(rec.trace.fresh("v"))
+                out.append(None)
+            elif isinstance(r, torch.Tensor):
                 name = rec.trace.fresh("v")
                 names.append(name)
                 same = inputs.get(id(r))
@@ -305,11 +311,34 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def _hints(sizes: Any) -> tuple[int, ...]:
+    return tuple(s.node.hint if isinstance(s, torch.SymInt) else s for s in sizes)
+
+
+def _laid_out_as(real: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
+    """`real`, copied into the strides the traced tensor claims where they differ.
+
+    NOTE: PyTorch's C++ composites decide from the wrapper's strides (`indices.contiguous()`
+    is a no-op on a tensor that says it is contiguous) and then run kernels on the eager
+    tensor; `_embedding_bag_forward_only` on strided indices computes garbage. A traced input is
+    contiguous (its meta tensor is), and an output has the strides PyTorch's shape rule gives,
+    so the eager tensor is made to agree. A copy no longer aliases the original: an in-place
+    update of a non-contiguous input changes only the trace's copy.
+    """
+    if real.dim() != meta.dim() or tuple(real.shape) != _hints(meta.shape) or real.numel() <= 1:
+        return real
+    strides = _hints(meta.stride())
+    if all(st == rs or sz == 1 for st, rs, sz in zip(strides, real.stride(), real.shape)):
+        return real
+    with _disable_current_modes():
+        return torch.empty_strided(real.shape, strides, dtype=real.dtype, device=real.device).copy_(real)
+
+
 def _disagreement(func: Any, real: torch.Tensor, meta: Any) -> str | None:
     """How PyTorch's shape rule and eager disagree on an output's sizes and dtype, or None."""
     if not isinstance(meta, torch.Tensor):
         return f"PyTorch's shape rule returns {type(meta).__name__} where eager returns a tensor"
-    hints = tuple(s.node.hint if isinstance(s, torch.SymInt) else s for s in meta.shape)
+    hints = _hints(meta.shape)
     if hints != tuple(real.shape) or meta.dtype != real.dtype:
         return (f"{qualified_name(func)}'s shape rule gives {list(hints)} {meta.dtype}, "
                 f"eager {list(real.shape)} {real.dtype}")
