@@ -30,7 +30,7 @@ from guardsolve.ir.concrete import run_concrete  # noqa: E402
 from workloads import CMP, mixed_comparisons, mixed_guard_graph  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SECTIONS = ["mixed", "chain", "models", "check", "scale"]
+SECTIONS = ["mixed", "chain", "models", "real", "check", "scale"]
 
 
 def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
@@ -218,11 +218,67 @@ def bench_models(repeats: int) -> list[dict[str, Any]]:
             t_trace, t = timed(lambda: guardsolve.trace(model, x), repeats)
         t_simplify, gs = timed(lambda: guardsolve.simplify(t), repeats)
         rows.append({"model": label, "t_eager": t_eager, "t_trace": t_trace, "t_simplify": t_simplify,
-                     "bailouts": len(t.graph.bailouts()), "guards": len(gs), "nodes": len(t.graph)})
+                     "bailouts": len(t.guard_graph().bailouts()), "guards": len(gs), "nodes": len(t.graph)})
     return rows
 
 
-# -- 4. check -------------------------------------------------------------------------------
+# -- 4. real models: guardsolve vs make_fx symbolic vs torch.export --------------------------
+
+
+def _real_models() -> dict[str, Any]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_models", os.path.join(HERE, "..", "examples", "models.py"))
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.MODELS
+
+
+def pytorch_make_fx(model: Any, args: tuple[Any, ...]) -> list[str]:
+    """make_fx symbolic tracing plus ShapeEnv.produce_guards: PyTorch's guards for the model."""
+    from torch._dynamo.source import LocalSource
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(lambda *xs: model(*xs), tracing_mode="symbolic", _allow_non_fake_inputs=True)(*args)
+    fakes = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    env = fakes[0].fake_mode.shape_env
+    return env.produce_guards(fakes, [LocalSource(f"x{i}") for i in range(len(fakes))])
+
+
+def pytorch_export(model: Any, args: tuple[Any, ...]) -> Any:
+    from torch.export import Dim, export
+
+    return export(model, args, dynamic_shapes=tuple({i: Dim.AUTO for i in range(a.dim())} for a in args))
+
+
+def bench_real(repeats: int, names: list[str] | None = None) -> list[dict[str, Any]]:
+    rows = []
+    for name, (make, inputs) in _real_models().items():
+        if names is not None and name not in names:
+            continue
+        try:
+            model = make()
+        except ImportError:
+            print(f"  real {name}: skipped (transformers is not installed)", file=sys.stderr)
+            continue
+        args = inputs()
+        with torch.no_grad():
+            run = lambda: guardsolve.simplify(guardsolve.trace(model, *args))  # noqa: E731
+            run()  # NOTE: warm up every tool once: steady state is timed
+            t_gs, gs = timed(run, repeats)
+            pytorch_make_fx(model, args)
+            t_fx, fx_guards = timed(lambda: pytorch_make_fx(model, args), repeats)
+        pytorch_export(model, args)
+        t_ex, _ = timed(lambda: pytorch_export(model, args), max(1, repeats - 1))
+        t = guardsolve.trace(model, *args)
+        rows.append({"model": name, "t_gs": t_gs, "t_fx": t_fx, "t_export": t_ex, "gs_guards": len(gs),
+                     "fx_guards": len(fx_guards), "bailouts": len(t.guard_graph().bailouts()), "ops": sum(
+                         1 for n in t.graph if n.op.value == "aten")})
+        print(f"  real {name}: done", file=sys.stderr)
+    return rows
+
+
+# -- 5. check -------------------------------------------------------------------------------
 
 
 def pytorch_guard_fn(fn: Any, inputs: list[torch.Tensor]) -> Callable[..., bool] | None:
@@ -378,6 +434,15 @@ def models_table(models: list) -> list[str]:
                    fmt(r["t_simplify"]), r["nodes"], f"{r['bailouts']} → {r['guards']}"] for r in models])
 
 
+def real_table(real: list) -> list[str]:
+    return table("real models: trace + simplify, end to end, against PyTorch's own tracers",
+                 ["model", "aten ops", "bailouts → minimal guards", "guardsolve", "make_fx symbolic + produce_guards",
+                  "torch.export (Dim.AUTO)", "make_fx / guardsolve", "export / guardsolve", "make_fx guards"],
+                 [[r["model"], r["ops"], f"{r['bailouts']} → {r['gs_guards']}", fmt(r["t_gs"]), fmt(r["t_fx"]),
+                   fmt(r["t_export"]), ratio(r["t_fx"], r["t_gs"]), ratio(r["t_export"], r["t_gs"]),
+                   r["fx_guards"]] for r in real])
+
+
 def check_table(checks: list) -> list[str]:
     return table("check: per-call cost of deciding whether a trace can be reused",
                  ["case", "bailouts → guards", "compiled minimal `GuardSet.check`", "interpreting the raw guard graph",
@@ -396,11 +461,16 @@ def scale_table(scale: list) -> list[str]:
                   for prev, r in zip([None] + scale[:-1], scale)])
 
 
-def targets(mixed: list, chains: list, checks: list, scale: list) -> list[str]:
+def targets(mixed: list, chains: list, checks: list, scale: list, real: list) -> list[str]:
     out = []
 
     def mark(ok: bool, text: str) -> None:
         out.append(f"{'MET' if ok else 'MISSED'}: {text}")
+
+    for r in real:
+        mark(min(r["t_fx"], r["t_export"]) / r["t_gs"] >= 5,
+             f"real {r['model']}: trace + simplify ≥ 5× faster than make_fx symbolic ({ratio(r['t_fx'], r['t_gs'])}) "
+             f"and torch.export ({ratio(r['t_export'], r['t_gs'])})")
 
     for r in mixed:
         if r["n"] == 1000:
@@ -455,10 +525,12 @@ def main() -> None:
                                      greedy_max=100 if args.quick or args.smallest else 1000),
         "chain": lambda: bench_chain(sizes([100, 1000], [100, 1000, 5000]), rep),
         "models": lambda: bench_models(rep),
+        "real": lambda: bench_real(rep, ["transformer_layer"] if args.smallest else None),
         "check": lambda: bench_check(sizes([2000], [10000])[0] // (10 if args.smallest else 1)),
         "scale": lambda: bench_scale(sizes([10_000, 100_000], [10_000, 100_000, 1_000_000])),
     }
-    tables = {"mixed": mixed_table, "chain": chain_table, "models": models_table, "check": check_table,
+    tables = {"mixed": mixed_table, "chain": chain_table, "models": models_table, "real": real_table,
+              "check": check_table,
               "scale": scale_table}
     started = time.perf_counter()
     results: dict[str, list] = {name: [] for name in SECTIONS}
@@ -470,7 +542,7 @@ def main() -> None:
             # NOTE: each table prints as soon as its section ends, so a long run loses nothing
             print("\n" + "\n".join(tables[name](results[name])), flush=True)
             lines += [""] + tables[name](results[name])
-    done = targets(results["mixed"], results["chain"], results["check"], results["scale"])
+    done = targets(results["mixed"], results["chain"], results["check"], results["scale"], results["real"])
     lines += ["", "## targets", ""] + [f"- {t}" for t in done]
     lines += ["", f"Whole run: {fmt(time.perf_counter() - started)}."]
     print("\n" + "\n".join(lines[-len(done) - 4:]), flush=True)
