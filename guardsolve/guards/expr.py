@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import reduce
+from functools import cached_property, reduce
 from typing import Callable, Iterable, Mapping, Union
 
 # An atom is a dim name or an opaque division term.
@@ -141,8 +141,14 @@ class Div:
         sym = "//" if self.kind == "floordiv" else "%"
         return f"{_paren(self.num, key)} {sym} {_paren(self.den, key)}"
 
-    def __str__(self) -> str:
+    @cached_property
+    def _text(self) -> str:
         return self.render()
+
+    def __str__(self) -> str:
+        # NOTE: cached: atom_key orders terms by this text, and PyTorch's view rules nest
+        # divisions deeply (`(n*m // m)*m // m`), so rendering it afresh each time is quadratic
+        return self._text
 
 
 def _paren(p: Poly, key: Callable[[Atom], tuple]) -> str:
@@ -347,36 +353,44 @@ def _divide_out(p: Poly, d: str) -> Poly:
     return Poly.of(out)
 
 
-def cancel(f: Formula, positive: Callable[[str], bool]) -> Formula:
+def cancel(f: Formula, positive: Callable[[str], bool], memo: dict[Div, Poly] | None = None) -> Formula:
     """Divide out factors known to be positive: `(x*a) % (x*b) == 0` -> `a % b == 0` when x >= 1.
 
     Exact when `positive(d)` holds for every dim it cancels (the caller keeps those bounds).
+    `memo` shares the cancelled form of each division between calls with the same `positive`.
     """
+    memo = {} if memo is None else memo
     if isinstance(f, Const):
         return f
     if isinstance(f, Rel):
-        p = _cancel_divs(f.poly, positive)
+        p = _cancel_divs(f.poly, positive, memo)
         d = _common_dim([p], positive)
         while d is not None and not p.is_const():
             p = _divide_out(p, d)
             d = _common_dim([p], positive)
         return normal(Rel(f.op, p))
-    parts = [cancel(a, positive) for a in f.args]
+    parts = [cancel(a, positive, memo) for a in f.args]
     return disj(parts) if isinstance(f, Or) else conj(parts)
 
 
-def _cancel_divs(p: Poly, positive: Callable[[str], bool]) -> Poly:
+def _cancel_divs(p: Poly, positive: Callable[[str], bool], memo: dict[Div, Poly]) -> Poly:
     total = Poly.const(0)
     for m, c in p.terms:
         t = Poly.const(c)
         for a in m:
-            t = t * (Poly.var(a) if isinstance(a, str) else _cancel_div(a, positive))
+            if isinstance(a, str):
+                t = t * Poly.var(a)
+                continue
+            done = memo.get(a)
+            if done is None:
+                done = memo[a] = _cancel_div(a, positive, memo)
+            t = t * done
         total = total + t
     return total
 
 
-def _cancel_div(d: Div, positive: Callable[[str], bool]) -> Poly:
-    num, den = _cancel_divs(d.num, positive), _cancel_divs(d.den, positive)
+def _cancel_div(d: Div, positive: Callable[[str], bool], memo: dict[Div, Poly]) -> Poly:
+    num, den = _cancel_divs(d.num, positive, memo), _cancel_divs(d.den, positive, memo)
     scale = Poly.const(1)
     g = _common_dim([num, den], positive)
     while g is not None and not den.is_const():

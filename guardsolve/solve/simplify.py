@@ -189,8 +189,9 @@ class Simplifier:
     def _cancel(self, general: list[Atom], positive: Callable[[str], bool]) -> list[Atom]:
         """Divide out dim factors the bounds make positive (`(x*a) % (x*b)` -> `x*(a % b)`)."""
         out: dict[Formula, set[int]] = {}
+        memo: dict = {}
         for a in general:
-            f = cancel(a.formula, positive)
+            f = cancel(a.formula, positive, memo)
             if f == TRUE:
                 continue  # NOTE: cannot happen for an atom the layers kept; guard anyway
             out.setdefault(f, set()).update(a.prov)
