@@ -336,7 +336,7 @@ def _name(op: Any) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
-def _run_entry(job: tuple[str, Any, int]) -> list[Result]:
+def _run_entry(job: tuple[str, Any, int], each: Callable[[Result], None] | None = None) -> list[Result]:
     kind, info, k = job
     torch.set_num_threads(1)
     samples = op_samples(info, k) if kind == "op" else module_samples(info, k)
@@ -355,6 +355,8 @@ def _run_entry(job: tuple[str, Any, int]) -> list[Result]:
             r = run_sample(s)
             if r is not None:
                 out.append(r)
+                if each is not None:
+                    each(r)
     return out
 
 
@@ -382,6 +384,7 @@ def _forked(jobs: int) -> Iterator[tuple[int, list[Result]]]:
     ctx = multiprocessing.get_context("fork")
     pending = list(range(len(_JOBS)))
     running: dict[int, tuple[Any, Any]] = {}
+    running_results: dict[int, list[Result]] = {}
     while pending or running:
         while pending and len(running) < jobs:
             i = pending.pop(0)
@@ -394,22 +397,38 @@ def _forked(jobs: int) -> Iterator[tuple[int, list[Result]]]:
         for i, (proc, recv) in list(running.items()):
             if recv not in ready:
                 continue
-            try:
-                rs = recv.recv()
-            except EOFError:
-                proc.join()
+            got, rs = _drain(recv, got_so_far=running_results.setdefault(i, []))
+            if not got:
+                continue
+            proc.join()
+            if rs is None:  # NOTE: the child died in the middle of a sample
                 kind, info, _ = _JOBS[i]
                 name = _name(info) if kind == "op" else info.name
-                rs = [Result(kind, name, 0, "crash", f"process died (exit code {proc.exitcode})", False,
-                             "not run (process died)")]
-            proc.join()
+                done = running_results[i]
+                rs = done + [Result(kind, name, len(done), "crash", f"process died (exit code {proc.exitcode})",
+                                    False, "not run (process died)")]
             recv.close()
-            del running[i]
+            del running[i], running_results[i]
             yield i, rs
 
 
+def _drain(recv: Any, got_so_far: list[Result]) -> tuple[bool, list[Result] | None]:
+    """Read what a child sent: (finished?, its results, or None when it died)."""
+    while recv.poll():
+        try:
+            r = recv.recv()
+        except EOFError:
+            return True, None
+        if r is None:
+            return True, list(got_so_far)
+        got_so_far.append(r)
+    return False, None
+
+
 def _child(i: int, send: Any) -> None:
-    send.send(_run_index(i))
+    """Sends each result as it is known (they survive a later abort), then None."""
+    _run_entry(_JOBS[i], send.send)
+    send.send(None)
     send.close()
 
 

@@ -22,7 +22,6 @@ from guardsolve.errors import DataDependentError, GuardsolveError, TraceError, U
 from guardsolve.ir.aten import Ref, qualified_name, refs
 from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Args, Kwargs, Op, OpName
-from guardsolve.guards.rules import shape_rule
 from guardsolve.guards.symbolic import Recorder, SymGuard, user_location
 
 
@@ -70,6 +69,13 @@ class TracedTensor(torch.Tensor):
                 device=real.device, layout=real.layout, requires_grad=real.requires_grad)
         finally:
             rec.muted = muted
+        # NOTE: composites read the lazy conjugate / negative bits from the wrapper
+        # (`_fft_c2r` clones a conjugated input first); without them the kernel gets a
+        # conjugate view it does not resolve.
+        if real.is_conj():
+            torch._C._set_conj(out, True)
+        if real.is_neg():
+            torch._C._set_neg(out, True)
         out.eager, out.symbolic, out.tname, out.rec = real, meta, name, rec
         out.poisoned = ""
         return out
@@ -148,7 +154,7 @@ class TracingMode(TorchDispatchMode):
             meta_kwargs = {**meta_kwargs, "device": _META}
         try:
             with _disable_current_modes():
-                meta_out = shape_rule(func, meta_args, meta_kwargs)
+                meta_out = self.rec.rules(func, meta_args, meta_kwargs)
         except GuardsolveError:
             raise
         except Exception as e:
