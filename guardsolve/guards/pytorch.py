@@ -26,7 +26,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from guardsolve.errors import GuardFailure, GuardsolveError, TraceError, UnsupportedOpError
-from guardsolve.guards.rules import shape_rule
+from guardsolve.guards.rules import RuleCache
 from guardsolve.guards.symbolic import Recorder, SymGuard
 from guardsolve.ir.aten import refs, resolve, substitute
 from guardsolve.ir.graph import Graph
@@ -112,7 +112,7 @@ def pytorch_rules(rec: Recorder, signature: tuple[Param, ...]) -> RuleTable:
         if any(x.name == "device" and x.kwarg_only for x in func._schema.arguments):
             k["device"] = torch.device("meta")
         try:
-            out = shape_rule(func, a, k)
+            out = rec.rules(func, a, k)
         except GuardsolveError:
             raise
         except Exception as e:
@@ -161,6 +161,7 @@ def pytorch_rules(rec: Recorder, signature: tuple[Param, ...]) -> RuleTable:
 def pytorch_guard_graph(graph: Graph, signature: tuple[Param, ...]) -> Graph:
     """The guard graph of a tensor trace of PyTorch ops, by replaying it with PyTorch's rules."""
     rec = Recorder(None)
+    rec.rules = RuleCache(rec)
     rec.depth = 1  # NOTE: everything is recorded into the guard graph only
     rec.guards.meta["signature"] = signature
     interpret(graph, pytorch_rules(rec, signature), validate=False)

@@ -19,6 +19,9 @@ import torch
 from torch._decomp import decomposition_table, meta_table
 from torch._dispatch.python import enable_python_dispatcher
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from guardsolve.guards.symbolic import Recorder, SymGuard
 
 # NOTE: FakeTensor's list: view_copy ops and these have C++ meta kernels that accept SymInts.
 _CPP_SYMINT = frozenset({
@@ -76,3 +79,90 @@ def shape_rule(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The meta result of `func(*args, **kwargs)`: PyTorch's rule decides its shape."""
     with enable_python_dispatcher(), ShapeRules():
         return func(*args, **kwargs)
+
+
+class RuleCache:
+    """Shape rules memoized within one trace: a call whose inputs have the same symbolic sizes,
+    strides, dtypes and other arguments as an earlier one takes the same decisions, so its
+    output and its bailouts are the earlier ones (re-recorded at the current user line).
+
+    Within one trace a guard-graph name stands for one value, so the key decides the rule.
+    Transformers repeat their layers: most calls hit. Mutating ops and outputs with a storage
+    offset are never cached; a hit hands back fresh meta tensors.
+    """
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.entries: dict[Any, tuple[Any, list[tuple[str, bool]]]] = {}
+
+    def __call__(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        rec = self.rec
+        key = None if func._schema.is_mutable else _key(func, args, kwargs)
+        hit = self.entries.get(key) if key is not None else None
+        if hit is not None:
+            out, guards = hit
+            for g, expect in guards:
+                rec.g_bailout(g, expect, rec.loc)
+            return tree_map(_fresh(rec), out)
+        outer, rec.capture = rec.capture, []
+        try:
+            out = shape_rule(func, args, kwargs)
+            guards = rec.capture
+        finally:
+            captured, rec.capture = rec.capture, outer
+            if outer is not None:
+                outer.extend(captured)
+        if key is not None and all(_cacheable(x) for x in tree_flatten(out)[0]):
+            self.entries[key] = (out, guards)
+        return out
+
+
+def _sym(v: Any) -> Any:
+    """A size's identity: its guard-graph name, or its value when static; None when neither."""
+    if isinstance(v, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+        node = v.node
+        if not isinstance(node, SymGuard) or node.lazy is not None:
+            return None
+        return node.hint if node.const else node.g
+    return v
+
+
+def _key(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    flat, spec = tree_flatten((args, kwargs))
+    parts: list[Any] = [func, spec, torch.is_grad_enabled()]
+    for a in flat:
+        if isinstance(a, torch.Tensor):
+            part = (tuple(map(_sym, a.shape)), tuple(map(_sym, a.stride())), _sym(a.storage_offset()), a.dtype,
+                    a.device, a.layout)
+            if None in part[0] or None in part[1] or part[2] is None:
+                return None
+        elif isinstance(a, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            part = ("sym", _sym(a))
+            if part[1] is None:
+                return None
+        elif a is None or isinstance(a, (int, float, bool, str, torch.dtype, torch.device, torch.layout,
+                                         torch.memory_format)):
+            part = (type(a), a)
+        else:
+            return None
+        parts.append(part)
+    return tuple(parts)
+
+
+def _cacheable(x: Any) -> bool:
+    if isinstance(x, torch.Tensor):
+        return _sym(x.storage_offset()) == 0 and None not in map(_sym, x.shape) and None not in map(_sym, x.stride())
+    return not isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat))
+
+
+def _fresh(rec: Recorder) -> Callable[[Any], Any]:
+    def make(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        muted, rec.muted = rec.muted, True  # NOTE: building a stand-in asks nothing of user code
+        try:
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        finally:
+            rec.muted = muted
+
+    return make

@@ -122,6 +122,9 @@ class Recorder:
         self._sizes: dict[tuple[str, Op], str] = {}
         self.extra: dict[str, Any] = {}  # more meta for guard nodes (the trace line, on replay)
         self.muted = False  # True while guardsolve itself builds the inputs' meta tensors
+        self.capture: list[tuple[str, bool]] | None = None  # bailouts of the shape rule running now
+        self.products: dict[str, tuple[str, str]] = {}  # int_mul nodes of the guard graph, by name
+        self.rules: Any = None  # PyTorch's shape rules for this trace (a `rules.RuleCache`)
 
     # -- locations --------------------------------------------------------------------------
 
@@ -143,11 +146,22 @@ class Recorder:
         name = self._memo.get(key)
         if name is None:
             name = self._memo[key] = self.guards.emit(op, args, meta={"loc": loc, **self.extra})
+            if op is Op.INT_MUL:
+                self.products[name] = args
         return name
 
+    def factors(self, g: str) -> list[str]:
+        """The guard-graph names whose product `g` is (itself when it is no product)."""
+        args = self.products.get(g)
+        return [g] if args is None else self.factors(args[0]) + self.factors(args[1])
+
     def g_bailout(self, g: str, expect: bool, loc: SourceLoc | None) -> None:
+        if self.muted:
+            return
+        if self.capture is not None:
+            self.capture.append((g, expect))
         key = (g, expect, (loc.file, loc.line) if loc is not None else None)
-        if key not in self._seen and not self.muted:
+        if key not in self._seen:
             self._seen.add(key)
             self.guards.emit(Op.BOOL_BAILOUT, (g,), meta={"loc": loc, **self.extra}, expect=expect)
 
@@ -321,9 +335,36 @@ class SymGuard(SymNode):
         same = _identity(name, self, other)
         if same is not None:
             return same
+        if name in ("floordiv", "int_floordiv", "mod") and self.rec.depth and not other.const:
+            cancelled = self._cancel(other, name == "mod")
+            if cancelled is not None:
+                return cancelled
         table = _INT_OPS if name in _INT_OPS else _COMPARE if name in _COMPARE else _LOGIC
         op, fn = table[name]
         return self._record(op, (self, other), fn(self.hint, other.hint))
+
+    def _cancel(self, den: "SymGuard", mod: bool) -> "SymGuard | None":
+        """`(a*b) // a` is `b` and `(a*b) % a` is `0` once `a != 0` (which the division needs
+        anyway, so the guard says the same). PyTorch's view rules divide numels by the sizes
+        they are products of; folding keeps a reshaped size the very name it came from."""
+        rec = self.rec
+        if self.const or self.g is None or den.g is None or den.hint == 0:
+            return None
+        num, rest = rec.factors(self.g), rec.factors(den.g)
+        for f in rest:
+            if f not in num:
+                return None
+            num.remove(f)
+        den.ne(self._wrap(0)).guard_bool("", 0)
+        if mod:
+            return self._wrap(0)
+        hint = self.hint // den.hint
+        if not num:
+            return self._wrap(1)
+        g = num[0]
+        for f in num[1:]:
+            g = rec.g_op(Op.INT_MUL, (g, f), rec.location())
+        return SymGuard(rec, hint, int, g)
 
     def add(self, o: "SymGuard") -> "SymGuard": return self._binary("add", o)
     def sub(self, o: "SymGuard") -> "SymGuard": return self._binary("sub", o)

@@ -29,6 +29,7 @@ from guardsolve.ir.ops import Op
 from guardsolve.ir.signature import Param, dim_names
 from guardsolve.trace.gcpause import paused_gc
 from guardsolve.guards.pytorch import meta_input
+from guardsolve.guards.rules import RuleCache
 from guardsolve.guards.symbolic import Recorder
 from guardsolve.trace.tensor import TracedTensor, TracingMode, dtype_name, symint
 
@@ -113,6 +114,7 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     signature = dim_names(kinds)
     graph = Graph(meta={"signature": signature})
     rec = Recorder(graph, value_guards)
+    rec.rules = RuleCache(rec)
     rec.guards.meta["signature"] = signature
     rec.depth += 1  # NOTE: making the inputs is guardsolve's business, not a user observation
     args = [placeholder(rec, p, v) for p, v in zip(signature, example_inputs)]
