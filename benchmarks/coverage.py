@@ -64,6 +64,12 @@ FAST_MODULES = ("nn.Linear", "nn.Conv2d", "nn.BatchNorm2d", "nn.LayerNorm", "nn.
                 "nn.GELU", "nn.TransformerEncoderLayer")
 
 
+# NOTE: outputs of uninitialized memory: two eager runs can agree by chance (the allocator hands
+# back the same block), so their values are never compared, only shapes and dtypes.
+UNINITIALIZED = frozenset({"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty",
+                           "new_empty_strided"})
+
+
 class Timeout(Exception):
     pass
 
@@ -269,7 +275,8 @@ def run_sample(sample: Sample, make_fx_too: bool = True) -> Result | None:
         try:
             signal.alarm(TIMEOUT_S)
             expected = _seeded(sample.fn, sample.inputs)
-            values = _deterministic(sample.fn, sample.inputs, expected)
+            values = (sample.name.split(".")[0] not in UNINITIALIZED
+                      and _deterministic(sample.fn, sample.inputs, expected))
         except Exception:
             return None
         finally:
