@@ -3,7 +3,8 @@
 1. The seed's own five-op IR (`var_add`, `var_expand`, `var_size`, sizes and ints) with its
    hand-written shape rules: the teaching path. 5 bailouts -> `a0 == b0`, `a0 != 1`.
 2. guardsolve's tracer, where PyTorch's own shape rules (its meta kernels and decompositions)
-   decide: `aten.add.Tensor` asks about twice as many questions. The minimal guards are the same.
+   decide (for `aten.add.Tensor`, FakeTensor's fast path for binary pointwise ops: 4 questions).
+   The minimal guards are the same.
 
 Run: python examples/notebook.py
 """

@@ -86,7 +86,7 @@ def test_chain_of_50_adds() -> None:
 
     t = guardsolve.trace(chain, *[torch.randn(8) for _ in range(50)])
     gs = simplify(t.graph, verify=True)
-    assert len(t.guard_graph().bailouts()) == 250
+    assert len(t.guard_graph().bailouts()) == 100  # FakeTensor's fast path: 2 questions per add
     assert len(gs) == 50
     assert texts(gs)[:2] == ["xs_0_0 == xs_1_0", "xs_0_0 == xs_2_0"] and texts(gs)[-1] == "xs_0_0 != 1"
 

@@ -62,7 +62,7 @@ def test_add_under_pytorch_rules_has_the_seeds_minimal_guards() -> None:
         "a = var_placeholder(name=a, rank=1, shape=[4], dtype=float32)\n"
         "b = var_placeholder(name=b, rank=1, shape=[4], dtype=float32)\n"
         "v0 = aten.add.Tensor(a, b)")
-    assert len(t.guard_graph().bailouts()) > 5
+    assert len(t.guard_graph().bailouts()) == 4  # FakeTensor's fast path asks only about the broadcast
     gs = guardsolve.simplify(t)
     assert [str(c) for c in gs] == ["a0 == b0", "a0 != 1"]
     assert gs.check_dims({"a0": 7, "b0": 7}) and not gs.check_dims({"a0": 1, "b0": 1})

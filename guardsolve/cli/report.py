@@ -77,7 +77,7 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
     >>> t = guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4))
     >>> gs = guardsolve.simplify(t)
     >>> print(text_report(gs, ReportInfo("demo", "a=[4], b=[4]", t.graph, 0.01, False)).splitlines()[2])
-    trace: 3 nodes; 10 bailouts -> 2 minimal guards
+    trace: 3 nodes; 4 bailouts -> 2 minimal guards
     """
     lines = [
         f"target: {info.target}",

@@ -13,8 +13,8 @@ and every decision is a bailout, exactly as when the trace was recorded:
 >>> for line in print_guards(pytorch_guard_graph(g, signature_of(g)))[:3]:
 ...     print(line)
 assert not (a0 == 1)
-assert not (a0 < 0)
-assert (b0 == a0)
+assert not (b0 == 1)
+assert (a0 == b0)
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import torch
 from torch._decomp import decomposition_table, meta_table
 from torch._dispatch.python import enable_python_dispatcher
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -45,6 +46,11 @@ class ShapeRules(TorchDispatchMode):
         handler = _METADATA.get(func)
         if handler is not None:
             return handler(*args)
+        promotion = _FAST_BINARY.get(func)
+        if promotion is not None:
+            out = _fast_binary(args, promotion)
+            if out is not None:
+                return out
         meta = meta_table.get(func)
         if meta is not None:
             with self:
@@ -62,6 +68,50 @@ class ShapeRules(TorchDispatchMode):
 
 
 _aten = torch.ops.aten
+_KIND = ELEMENTWISE_TYPE_PROMOTION_KIND
+# FakeTensor's fast path for binary pointwise ops (`fake_impls.get_fast_op_impls`): broadcast the
+# shapes; when an operand has the result's shape and all are contiguous, the result is a
+# contiguous tensor of the promoted dtype. Otherwise the op takes its ordinary rule.
+_FAST_BINARY: dict[Any, Any] = {
+    _aten.add.Tensor: _KIND.DEFAULT, _aten.sub.Tensor: _KIND.DEFAULT, _aten.mul.Tensor: _KIND.DEFAULT,
+    _aten.div.Tensor: _KIND.INT_TO_FLOAT,
+}
+
+
+def _fast_binary(operands: tuple[Any, ...], promotion: Any) -> torch.Tensor | None:
+    from torch._subclasses.fake_impls import infer_size
+    from torch.fx.experimental.symbolic_shapes import guard_or_false, sym_eq
+
+    shape: Any = None
+    for op in operands:
+        here = op.shape if isinstance(op, torch.Tensor) else ()
+        shape = here if shape is None else infer_size(shape, here)
+    if not any(isinstance(op, torch.Tensor) and len(op.shape) == len(shape)
+               and guard_or_false(sym_eq(op.shape, shape)) for op in operands):
+        return None
+    tensors = [op for op in operands if isinstance(op, torch.Tensor)]
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) == 1 and len(tensors) == len(operands) and promotion is _KIND.DEFAULT:
+        dtype = tensors[0].dtype
+    else:
+        dtype = elementwise_dtypes(*operands, type_promotion_kind=promotion)[1]
+    if not all(_known_contiguous(t) for t in tensors):
+        return None
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _known_contiguous(t: torch.Tensor) -> bool:
+    """Are `t`'s strides the contiguous strides of its sizes, as expressions? Then it is
+    contiguous for every value of its sizes, and deciding so asks nothing (FakeTensor asks
+    `is_contiguous_or_false`, which observes whether a size is 0 or 1)."""
+    expected: Any = 1
+    for size, stride in zip(reversed(t.shape), reversed(t.stride())):
+        if _sym(stride) != _sym(expected):
+            return False
+        expected = expected * size  # NOTE: hash-consed product; no decision
+    return True
+
+
 # Metadata queries answer from the tensor itself (FakeTensor's `_DISPATCH_META_HANDLERS`).
 _METADATA: dict[Any, Callable[..., Any]] = {
     _aten.size.default: lambda t: tuple(t.size()),

@@ -77,6 +77,7 @@ _FLOAT_OPS: dict[str, Callable[[Any, Any], Any]] = {
 }
 _FOLD = {**{k: f for k, (_, f) in _INT_OPS.items()}, **{k: f for k, (_, f) in _COMPARE.items()},
          **{k: f for k, (_, f) in _LOGIC.items()}, **_FLOAT_OPS}
+_COMMUTATIVE = frozenset({Op.INT_ADD, Op.INT_MUL, Op.INT_EQ, Op.INT_NE, Op.BOOL_AND, Op.BOOL_OR})
 # Ops that fold to a constant when both sides are the same node.
 _SELF_TRUE = frozenset({Op.INT_EQ, Op.INT_LE, Op.INT_GE})
 _SELF_FALSE = frozenset({Op.INT_NE, Op.INT_LT, Op.INT_GT})
@@ -117,6 +118,7 @@ class Recorder:
         self.depth = 0  # > 0 inside PyTorch's shape rules for one op
         self.loc: SourceLoc | None = None  # the user line of the torch call in progress
         self._memo: dict[tuple[Any, ...], str] = {}
+        self._consts: set[str] = set()
         self._seen: set[tuple[str, bool, Any]] = set()
         self._trace_consts: dict[tuple[type, Any], str] = {}
         self._sizes: dict[tuple[str, Op], str] = {}
@@ -139,9 +141,12 @@ class Recorder:
         if name is None:
             op = Op.BOOL_CONST if isinstance(v, bool) else Op.INT_CONST
             name = self._memo[key] = self.guards.emit(op, (), val=v)
+            self._consts.add(name)
         return name
 
     def g_op(self, op: Op, args: tuple[str, ...], loc: SourceLoc | None) -> str:
+        if op in _COMMUTATIVE and (args[0] in self._consts, args[0]) > (args[1] in self._consts, args[1]):
+            args = (args[1], args[0])  # NOTE: `a*b` and `b*a` are one node; constants go right
         key = (op, *args)
         name = self._memo.get(key)
         if name is None:

@@ -13,6 +13,7 @@ bool_bailout(i1, expect=False)
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Iterator, Mapping
 
 from guardsolve.errors import (
@@ -91,23 +92,29 @@ class Graph:
     __hash__ = None  # type: ignore[assignment]
 
     def pruned(self) -> "Graph":
-        """The graph without nodes that no bailout or call depends on (placeholders stay),
-        renumbered: PyTorch computes sizes it never asks about, e.g. storage sizes. Only for
-        guard graphs, whose calls are none."""
+        """A guard graph without the nodes no bailout depends on (placeholders stay),
+        renumbered `i0, i1, ...`: PyTorch computes sizes it never asks about, e.g. storage
+        sizes. Only for a guard graph its recorder is done with: its nodes are reused."""
         need: set[str] = set()
         keep: list[Node] = []
         for n in reversed(self.nodes):
-            if (n.op is Op.BOOL_BAILOUT or n.op is Op.ATEN or n.op in _PLACEHOLDERS
+            if (n.op is Op.BOOL_BAILOUT or n.op in _PLACEHOLDERS
                     or any(o in need for o in n.outputs)):
                 need.update(n.inputs)
                 keep.append(n)
         g = Graph(meta=self.meta)
+        taken = {n.outputs[0] for n in keep if n.op in _PLACEHOLDERS}
+        fresh = (f"i{k}" for k in itertools.count() if f"i{k}" not in taken)
         rename: dict[str, str] = {}
         for n in reversed(keep):
-            if n.op not in _PLACEHOLDERS and n.outputs and n.op is not Op.ATEN:
-                rename[n.outputs[0]] = g.fresh(PREFIX[SPECS[n.op].result])  # type: ignore[index]
-            g.append(Node(n.op, tuple(rename.get(x, x) for x in n.inputs),
-                          tuple(rename.get(o, o) for o in n.outputs), n.params, n.meta))
+            # NOTE: renamed in place (no new nodes): the graph being pruned is a recorder's own
+            if n.inputs:
+                n.inputs = tuple([rename.get(x, x) for x in n.inputs])
+            if n.outputs and n.op not in _PLACEHOLDERS:
+                rename[n.outputs[0]] = name = next(fresh)
+                n.outputs = (name,)
+            g.nodes.append(n)
+            g._used.update(n.outputs)
         return g
 
     def bailouts(self) -> list[Node]:
