@@ -19,6 +19,7 @@ import linecache
 import operator
 import os
 import sys
+import zlib
 from typing import Any, Callable
 
 from torch.fx.experimental.sym_node import SymNode
@@ -118,7 +119,9 @@ class Recorder:
         self.depth = 0  # > 0 inside PyTorch's shape rules for one op
         self.loc: SourceLoc | None = None  # the user line of the torch call in progress
         self._memo: dict[tuple[Any, ...], str] = {}
-        self._consts: set[str] = set()
+        # NOTE: a deterministic structural key per guard-graph name, to order the operands of
+        # commutative ops the same way in every trace (names depend on creation order)
+        self._shape: dict[str, tuple[int, int]] = {}
         self._seen: set[tuple[str, bool, Any]] = set()
         self._trace_consts: dict[tuple[type, Any], str] = {}
         self._sizes: dict[tuple[str, Op], str] = {}
@@ -141,16 +144,21 @@ class Recorder:
         if name is None:
             op = Op.BOOL_CONST if isinstance(v, bool) else Op.INT_CONST
             name = self._memo[key] = self.guards.emit(op, (), val=v)
-            self._consts.add(name)
+            self._shape[name] = (1, zlib.crc32(repr(v).encode()))
         return name
 
+    def _order(self, g: str) -> tuple[int, int]:
+        return self._shape.get(g) or (0, zlib.crc32(g.encode()))
+
     def g_op(self, op: Op, args: tuple[str, ...], loc: SourceLoc | None) -> str:
-        if op in _COMMUTATIVE and (args[0] in self._consts, args[0]) > (args[1] in self._consts, args[1]):
+        if op in _COMMUTATIVE and self._order(args[1]) < self._order(args[0]):
             args = (args[1], args[0])  # NOTE: `a*b` and `b*a` are one node; constants go right
         key = (op, *args)
         name = self._memo.get(key)
         if name is None:
             name = self._memo[key] = self.guards.emit(op, args, meta={"loc": loc, **self.extra})
+            parts = [op.value, *(str(self._order(a)) for a in args)]
+            self._shape[name] = (0, zlib.crc32("|".join(parts).encode()))
             if op is Op.INT_MUL:
                 self.products[name] = args
         return name
