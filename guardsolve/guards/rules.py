@@ -51,6 +51,10 @@ class ShapeRules(TorchDispatchMode):
             out = _fast_binary(args, promotion)
             if out is not None:
                 return out
+        if func in _FAST_UNARY:
+            out = _fast_unary(args, kwargs)
+            if out is not None:
+                return out
         meta = meta_table.get(func)
         if meta is not None:
             with self:
@@ -98,6 +102,24 @@ def _fast_binary(operands: tuple[Any, ...], promotion: Any) -> torch.Tensor | No
     if not all(_known_contiguous(t) for t in tensors):
         return None
     return torch.empty(shape, dtype=dtype, device="meta")
+
+
+# Unary pointwise ops that keep a float input's dtype: on a contiguous input the result is a
+# contiguous tensor like it. Their decompositions (`torch._refs`) run a `where` or a type
+# promotion through the elementwise machinery, ~10 ms each over SymInts: a hot path in models.
+_FAST_UNARY = frozenset({
+    _aten.relu.default, _aten.gelu.default, _aten.silu.default, _aten.sigmoid.default, _aten.tanh.default,
+    _aten.neg.default, _aten.exp.default, _aten.log.default, _aten.sqrt.default, _aten.rsqrt.default,
+    _aten.hardtanh.default, _aten.leaky_relu.default, _aten.elu.default,
+})
+
+
+def _fast_unary(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    x = args[0] if args else None
+    if (not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point or not _known_contiguous(x)
+            or any(isinstance(a, torch.Tensor) for a in (*args[1:], *kwargs.values()))):
+        return None
+    return torch.empty(x.shape, dtype=x.dtype, device="meta")
 
 
 def _known_contiguous(t: torch.Tensor) -> bool:
