@@ -14,7 +14,6 @@ tree, never evaluating it):
 
 from __future__ import annotations
 
-import ast
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
