@@ -130,6 +130,10 @@ class Recorder:
         self.capture: list[tuple[str, bool]] | None = None  # bailouts of the shape rule running now
         self.products: dict[str, tuple[str, str]] = {}  # int_mul nodes of the guard graph, by name
         self.rules: Any = None  # PyTorch's shape rules for this trace (a `rules.RuleCache`)
+        # NOTE: what the trace assumed about the inputs' memory layout (a cache must check it):
+        # a contiguity decision or a view was made, or user code read a stride's value.
+        self.layout_observed = False
+        self.strides_read = False
 
     # -- locations --------------------------------------------------------------------------
 
@@ -196,6 +200,8 @@ class Recorder:
             raise TraceError(f"the symbolic value {node.g} (= {node.hint}) was computed inside a PyTorch op "
                              "and reached user code without a tensor that carries it; guardsolve cannot trace that")
         tensor, kind, index = node.origin
+        if kind is not Op.VAR_SIZE:
+            self.strides_read = True
         if kind is Op.VAR_STORAGE_OFFSET:
             node.t = self.trace.emit(kind, (tensor,))
             return node.t
@@ -495,11 +501,17 @@ class SymGuard(SymNode):
         hint = rule([s.hint for s in sizes], [s.hint for s in strides])
         if all(s.const for s in sizes) and all(s.const for s in strides):
             return self._wrap(as_type(hint))
-        if as_type is int:  # NOTE: an int indicator is compared, not guarded: decide now
+        rec = self.rec
+
+        def decide() -> None:
+            if not rec.muted:
+                rec.layout_observed = True
             rule([_Observed(s) for s in sizes], [_Observed(s) for s in strides])
+
+        if as_type is int:  # NOTE: an int indicator is compared, not guarded: decide now
+            decide()
             return self._wrap(int(hint))
-        return SymGuard.deferred(self.rec, hint, lambda: rule([_Observed(s) for s in sizes],
-                                                              [_Observed(s) for s in strides]))
+        return SymGuard.deferred(rec, hint, decide)
 
     # -- guards: the value is observed, so the branch is recorded ----------------------------
 

@@ -30,14 +30,22 @@ def _body(texts: Sequence[str], divides: bool, indent: str) -> list[str]:
             f"{indent}    return False"]
 
 
-def check_source(texts: Sequence[str], signature: Sequence[Param], divides: bool) -> str:
-    """Source of `check(<params>)` over the traced function's inputs."""
-    lines = [f"def check({', '.join(p.name for p in signature)}):"]
+def check_source(texts: Sequence[str], signature: Sequence[Param], divides: bool,
+                 static: Sequence[str] = (), params: Sequence[str] | None = None) -> str:
+    """Source of `check(<params>)` over the traced function's inputs: kinds and ranks, then the
+    `static` guards (dtype, device, ... as Python expressions), then the size guards.
+
+    `params` names every parameter in order when some are not traced (pinned by a static guard).
+    """
+    names = list(params) if params is not None else [p.name for p in signature]
+    lines = [f"def check({', '.join(names)}):"]
     for p in signature:
         if p.kind == "tensor":
             lines += [f"    if not isinstance({p.name}, Tensor) or {p.name}.dim() != {p.rank}:", "        return False"]
         else:
             lines += [f"    if not isinstance({p.name}, int) or isinstance({p.name}, bool):", "        return False"]
+    for src in static:
+        lines += [f"    if not ({src}):", "        return False"]
     for p in signature:
         if p.kind == "tensor" and p.rank:
             lines.append(f"    {', '.join(p.dims)}, = {p.name}.shape")
@@ -49,7 +57,8 @@ def check_dims_source(texts: Sequence[str], dims: Sequence[str], divides: bool) 
     return "\n".join([f"def check_dims({', '.join(dims)}):"] + _body(texts, divides, "    "))
 
 
-def compile_function(source: str, name: str) -> Callable[..., Any]:
-    namespace: dict[str, Any] = {"Tensor": torch.Tensor}
+def compile_function(source: str, name: str, bound: dict[str, Any] | None = None) -> Callable[..., Any]:
+    """Compile generated source; `bound` are the names its static guards compare against."""
+    namespace: dict[str, Any] = {"Tensor": torch.Tensor, **(bound or {})}
     exec(compile(source, f"<guardsolve {name}>", "exec"), namespace)
     return namespace[name]

@@ -25,6 +25,7 @@ from guardsolve.ir.signature import Param
 from guardsolve.solve.codegen import check_dims_source, check_source, compile_function
 from guardsolve.solve.constraint import Constraint
 from guardsolve.solve.smt import formula_to_z3, graph_to_z3, z3_vars
+from guardsolve.trace.static import NAMESPACE as STATIC_NAMESPACE, StaticGuard
 
 
 @dataclass
@@ -54,11 +55,22 @@ def _has_division(c: Constraint) -> bool:
 
 
 class GuardSet:
-    """The minimal constraints over input dims, in canonical order."""
+    """The minimal constraints over input dims, in canonical order.
+
+    `static` guards (a trace's dtype, device, layout, requires_grad, observed strides, grad
+    mode; see `guardsolve.trace.static`) come from the guard graph's meta unless given; the
+    compiled check tests them after the inputs' kinds and ranks, before the size guards.
+    `params` names every parameter of `check` in order, when some are not traced (pinned by
+    a static guard instead).
+    """
 
     def __init__(self, constraints: Sequence[Constraint], graph: Graph, dims: Sequence[str],
                  sizes: frozenset[str], signature: Sequence[Param] | None, implied: set[int],
-                 undecided: Sequence[str], tautologies: Sequence[int] = (), value_guards: Sequence[int] = ()):
+                 undecided: Sequence[str], tautologies: Sequence[int] = (), value_guards: Sequence[int] = (),
+                 *, static: Sequence[StaticGuard] | None = None, params: Sequence[str] | None = None):
+        self.static: tuple[StaticGuard, ...] = tuple(graph.meta.get("static", ()) if static is None else static)
+        self.params = tuple(params) if params is not None else (
+            tuple(p.name for p in signature) if signature is not None else None)
         self.constraints = tuple(constraints)
         self.graph = graph
         self.dims = tuple(dims)
@@ -73,7 +85,9 @@ class GuardSet:
         texts = [c.text for c in self.constraints]
         divides = any(_has_division(c) for c in self.constraints)
         self._dims_src = check_dims_source(texts, self.dims, divides)
-        self._src = check_source(texts, self.signature, divides) if self.signature is not None else None
+        self._src = (check_source(texts, self.signature, divides, [g.source for g in self.static], self.params)
+                     if self.signature is not None else None)
+        self._bound = {**STATIC_NAMESPACE, **{k: v for g in self.static for k, v in g.values}}
 
     # NOTE: compiled on first use: compiling costs about as much as simplifying a large trace.
     @functools.cached_property
@@ -82,7 +96,12 @@ class GuardSet:
 
     @functools.cached_property
     def _check(self) -> Callable[..., bool] | None:
-        return compile_function(self._src, "check") if self._src is not None else None
+        return compile_function(self._src, "check", self._bound) if self._src is not None else None
+
+    def with_static(self, static: Sequence[StaticGuard], params: Sequence[str] | None = None) -> "GuardSet":
+        """The same size guards with other static guards (and parameters, some not traced)."""
+        return GuardSet(self.constraints, self.graph, self.dims, self.sizes, self.signature, set(self.implied),
+                        self.undecided, self.tautologies, self.value_guards, static=static, params=params)
 
     # -- the set ---------------------------------------------------------------------------
 
@@ -129,7 +148,7 @@ class GuardSet:
             raise InputMismatchError(f"check takes the traced inputs ({self._check_args()}): {e}") from None
 
     def _check_args(self) -> str:
-        return ", ".join(p.name for p in self.signature or ())
+        return ", ".join(self.params or ())
 
     def check_dims(self, dims: Mapping[str, int]) -> bool:
         """Do explicit dim values satisfy the guards? Every dim must be given."""
@@ -142,19 +161,43 @@ class GuardSet:
                 + (f"unknown dims: {', '.join(unknown)} (known: {', '.join(self.dims)})" if unknown else ""))
         return self._check_dims(**dims)
 
+    def _bind(self, args: Sequence[Any]) -> dict[str, Any] | None:
+        if self.params is None or len(args) != len(self.params):
+            return None
+        return dict(zip(self.params, args))
+
     def input_dims(self, *args: Any) -> dict[str, int] | None:
         """The dims of new inputs (the traced signature), or None if they do not fit it."""
-        if self.signature is None or len(args) != len(self.signature):
+        bound = self._bind(args)
+        if self.signature is None or bound is None:
             return None
         dims: dict[str, int] = {}
-        for p, a in zip(self.signature, args):
+        for p in self.signature:
+            a = bound[p.name]
             if p.kind == "tensor":
                 if not hasattr(a, "shape") or len(a.shape) != p.rank:
                     return None
                 dims.update(zip(p.dims, (int(d) for d in a.shape)))
             else:
+                if not isinstance(a, int) or isinstance(a, bool):
+                    return None
                 dims[p.name] = a
         return dims
+
+    def static_failure(self, *args: Any) -> str | None:
+        """The first static guard new inputs fail, with the value found, or None."""
+        env = self._bind(args)
+        if env is None:
+            return None
+        for g in self.static:
+            try:
+                ok = eval(g.source, {**self._bound}, env)  # NOTE: only on the miss path
+                found = eval(g.subject, {**self._bound}, env)
+            except Exception as e:  # an argument of another kind than traced
+                return f"{g.text} failed ({type(e).__name__}: {e})"
+            if not ok:
+                return f"{g.text} failed ({g.subject}={found!r})"
+        return None
 
     def first_failure(self, dims: Mapping[str, int]) -> Constraint | None:
         """The first constraint (in canonical order) that `dims` violate, if any."""
@@ -173,6 +216,9 @@ class GuardSet:
             ranks = ", ".join(f"{p.name}: rank {p.rank}" if p.kind == "tensor" else f"{p.name}: int"
                               for p in self.signature or ())
             return f"inputs do not fit the traced signature ({ranks})"
+        failed = self.static_failure(*args)
+        if failed is not None:
+            return failed
         c = self.first_failure(dims)
         if c is None:
             return "all guards hold"
@@ -222,6 +268,9 @@ class GuardSet:
     def explain(self) -> str:
         """Each constraint with the original bailouts it stands for and their source lines."""
         out: list[str] = []
+        if self.static:
+            out.append("checked first (static: not sizes):")
+            out += [f"    {g.text}" for g in self.static]
         for c in self.constraints:
             out.append(c.text)
             for i in sorted(c.prov):

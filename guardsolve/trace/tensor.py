@@ -30,6 +30,14 @@ _aten = torch.ops.aten
 _READS_DATA = {_aten._local_scalar_dense.default: ".item()", _aten.is_nonzero.default: "bool(tensor)",
                _aten.equal.default: "torch.equal"}
 _META = torch.device("meta")
+# Ops whose eager result depends on the input's strides beyond its values: a view that needs
+# compatible strides (eager raises otherwise), or one that reads the storage layout directly.
+_LAYOUT_OPS = frozenset(f for f in (
+    _aten.view.default, _aten.view.dtype, _aten._unsafe_view.default, _aten._reshape_alias.default,
+    _aten.view_as_complex.default, _aten._mkldnn_reshape.default))
+_STRIDE_OPS = frozenset(f for f in (
+    _aten.as_strided.default, _aten.as_strided_.default, _aten.as_strided_scatter.default,
+    _aten.set_.source_Storage_storage_offset, _aten.set_.source_Tensor))
 
 
 def symint(v: Any) -> Any:
@@ -88,6 +96,24 @@ class TracedTensor(torch.Tensor):
 
     def __repr__(self) -> str:  # type: ignore[override]
         return f"TracedTensor({self.tname}, {self.eager!r})"
+
+    # NOTE: a stride, contiguity or storage offset user code reads is a fact about the input's
+    # layout the trace now depends on; the cache checks it (the values may be constants here).
+    def stride(self, *args: Any) -> Any:  # type: ignore[override]
+        self.rec.strides_read = True
+        return super().stride(*args)
+
+    def storage_offset(self) -> Any:  # type: ignore[override]
+        self.rec.strides_read = True
+        return super().storage_offset()
+
+    def data_ptr(self) -> int:  # type: ignore[override]
+        self.rec.strides_read = True
+        return self.eager.data_ptr()
+
+    def is_contiguous(self, *args: Any, **kwargs: Any) -> bool:  # type: ignore[override]
+        self.rec.layout_observed = True
+        return super().is_contiguous(*args, **kwargs)
 
     def tolist(self) -> Any:  # type: ignore[override]
         """Tensor data as Python values: a value guard that the data is what it was."""
@@ -149,6 +175,10 @@ class TracingMode(TorchDispatchMode):
             raise TraceError(f"{qualified_name(func)} failed in eager PyTorch: {e}{self._at()}") from e
         if not traced:
             return real_out
+        if func in _LAYOUT_OPS:
+            self.rec.layout_observed = True
+        elif func in _STRIDE_OPS:
+            self.rec.strides_read = True
         meta_args, meta_kwargs = tree_unflatten([self._meta(a) for a in flat], spec)
         if takes_device(func):
             meta_kwargs = {**meta_kwargs, "device": _META}

@@ -31,6 +31,7 @@ from guardsolve.trace.gcpause import paused_gc
 from guardsolve.guards.pytorch import meta_input
 from guardsolve.guards.rules import RuleCache
 from guardsolve.guards.symbolic import Recorder
+from guardsolve.trace.static import StaticGuard, layout_guard, state_guards, tensor_guards
 from guardsolve.trace.tensor import TracedTensor, TracingMode, dtype_name, symint
 
 
@@ -41,7 +42,9 @@ class Trace:
 
     `constants` are the tensors the trace uses that are not inputs (module parameters,
     captured tensors), by their `var_param` name; `out_spec` is the output structure with
-    `Ref(name)` in place of each traced value.
+    `Ref(name)` in place of each traced value; `static` what the trace assumed besides sizes
+    (each tensor input's dtype, device, layout, requires_grad, its strides where the trace
+    observed them, grad mode), checked before the size guards.
     """
 
     graph: Graph
@@ -51,6 +54,7 @@ class Trace:
     constants: dict[str, torch.Tensor] = field(default_factory=dict)
     out_spec: Any = None
     guards: Graph | None = None
+    static: tuple[StaticGuard, ...] = ()
 
     def guard_graph(self) -> Graph:
         """The guard graph: the one recorded while tracing (equal to `guard_graph(self.graph)`)."""
@@ -112,6 +116,8 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
             raise TraceError(f"cannot trace argument {name!r} of type {type(value).__name__}: "
                              "only torch.Tensor and int inputs are supported")
     signature = dim_names(kinds)
+    static = [g for p, v in zip(signature, example_inputs) if p.kind == "tensor" for g in tensor_guards(p.name, v)]
+    static += state_guards()
     graph = Graph(meta={"signature": signature})
     rec = Recorder(graph, value_guards)
     rec.rules = RuleCache(rec)
@@ -124,7 +130,12 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
         result = fn(*args)
     out_spec = spec(result, rec)
     graph.meta["out_spec"] = out_spec
-    return Trace(graph, unwrap(result), signature, fn, mode.constants, out_spec, rec.guards.pruned())
+    if rec.layout_observed or rec.strides_read:
+        static += [layout_guard(p.name, v, rec.strides_read) for p, v in zip(signature, example_inputs)
+                   if p.kind == "tensor"]
+    guards = rec.guards.pruned()
+    guards.meta["static"] = graph.meta["static"] = tuple(static)
+    return Trace(graph, unwrap(result), signature, fn, mode.constants, out_spec, guards, tuple(static))
 
 
 def placeholder(rec: Recorder, p: Param, value: Any) -> Any:
@@ -137,6 +148,14 @@ def placeholder(rec: Recorder, p: Param, value: Any) -> Any:
         rec.trace.emit(Op.VAR_PLACEHOLDER, (), out=p.name, name=p.name, rank=p.rank, shape=tuple(value.shape),
                        dtype=dtype_name(value.dtype))
     meta = meta_input(rec, p, value.shape, value.dtype)
+    if not value.is_contiguous():
+        # NOTE: traced with its own strides (constants; a cache pins them where observed), so a
+        # transposed or sliced input is not traced as if it were contiguous.
+        rec.muted = True
+        try:
+            meta = torch.empty_strided(meta.shape, value.stride(), dtype=value.dtype, device="meta")
+        finally:
+            rec.muted = False
     if rec.trace is None:
         return meta
     real = value.detach() if value.requires_grad else value

@@ -1,0 +1,131 @@
+"""Static guards: what a trace assumed about its inputs besides sizes (dtype, device, layout,
+`requires_grad`, strides where observed, non-traced argument values, grad mode).
+
+Each is a Python expression over the traced function's parameters, checked before the size
+guards (as Dynamo's TENSOR_MATCH guard is checked before its shape guards):
+
+>>> import torch
+>>> for g in tensor_guards("x", torch.zeros(2, 3)):
+...     print(g)
+x.dtype == torch.float32
+x.device == torch.device('cpu')
+x.layout == torch.strided
+not x.requires_grad
+>>> print(value_guard("mode", "mean"))
+mode == 'mean'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class StaticGuard:
+    """One static guard: `text` as it prints, `source` as the compiled check evaluates it (over
+    the parameters and the names `values` binds), `subject` the expression whose value a miss
+    reports."""
+
+    text: str
+    source: str
+    subject: str
+    values: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _bound(prefix: str, v: Any) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    name = f"_s_{prefix}"
+    return name, ((name, v),)
+
+
+def tensor_guards(name: str, t: torch.Tensor) -> list[StaticGuard]:
+    """dtype, device, layout and requires_grad of one tensor input."""
+    dt, dev, lay = str(t.dtype), t.device, str(t.layout)
+    n_dt, v_dt = _bound(f"{name}_dtype", t.dtype)
+    n_dev, v_dev = _bound(f"{name}_device", dev)
+    n_lay, v_lay = _bound(f"{name}_layout", t.layout)
+    rg = t.requires_grad
+    return [
+        StaticGuard(f"{name}.dtype == {dt}", f"{name}.dtype is {n_dt}", f"{name}.dtype", v_dt),
+        StaticGuard(f"{name}.device == torch.device({str(dev)!r})", f"{name}.device == {n_dev}",
+                    f"{name}.device", v_dev),
+        StaticGuard(f"{name}.layout == {lay}", f"{name}.layout is {n_lay}", f"{name}.layout", v_lay),
+        StaticGuard(f"{'' if rg else 'not '}{name}.requires_grad",
+                    f"{'' if rg else 'not '}{name}.requires_grad", f"{name}.requires_grad"),
+    ]
+
+
+def layout_guard(name: str, t: torch.Tensor, exact: bool) -> StaticGuard:
+    """The trace observed strides: `x.is_contiguous()`, or the exact strides (and storage
+    offset) when the input was not contiguous or user code read their values."""
+    if t.is_contiguous() and not exact:
+        return StaticGuard(f"{name}.is_contiguous()", f"{name}.is_contiguous()", f"{name}.is_contiguous()")
+    stride, offset = tuple(t.stride()), t.storage_offset()
+    n_st, v_st = _bound(f"{name}_stride", stride)
+    src = f"{name}.stride() == {n_st} and {name}.storage_offset() == {offset}"
+    return StaticGuard(f"{name}.stride() == {stride} and {name}.storage_offset() == {offset}", src,
+                       f"({name}.stride(), {name}.storage_offset())", v_st)
+
+
+def int_guard(name: str) -> StaticGuard:
+    """A traced Python int stays a plain int (a bool is not one)."""
+    return StaticGuard(f"type({name}) is int", f"type({name}) is int", f"type({name})")
+
+
+def value_key(v: Any) -> Any:
+    """What a non-traced argument is compared by: its type and value, structurally (so `1`,
+    `1.0` and `True` differ, as eager code may treat them differently).
+
+    >>> value_key((1, 2.0)) == value_key((1, 2)), value_key(None) == value_key(None)
+    (False, True)
+    """
+    if isinstance(v, (tuple, list)):
+        return (type(v), tuple(value_key(x) for x in v))
+    if isinstance(v, dict):
+        return (dict, tuple((value_key(k), value_key(x)) for k, x in v.items()))
+    return (type(v), v)
+
+
+def is_static_value(v: Any) -> bool:
+    """Can a non-traced argument be pinned by equality? Tensors inside containers, NaNs and
+    arbitrary objects cannot (their `==` is not identity of behaviour)."""
+    if v is None or isinstance(v, (bool, int, str, bytes, torch.dtype, torch.device, torch.layout,
+                                   torch.memory_format)):
+        return True
+    if isinstance(v, float):
+        return v == v
+    if isinstance(v, (tuple, list)):
+        return all(is_static_value(x) for x in v)
+    if isinstance(v, dict):
+        return all(is_static_value(k) and is_static_value(x) for k, x in v.items())
+    return False
+
+
+def value_guard(name: str, v: Any) -> StaticGuard:
+    """A non-traced argument (a flag, a float, a string, a tuple of ints): pinned by value."""
+    if v is None or isinstance(v, bool):
+        return StaticGuard(f"{name} is {v!r}", f"{name} is {v!r}", name)
+    n_k, v_k = _bound(f"{name}_key", value_key(v))
+    return StaticGuard(f"{name} == {v!r}", f"_value_key({name}) == {n_k}", name, v_k)
+
+
+def state_guards() -> list[StaticGuard]:
+    """Thread-local and global torch state that changes what the same code computes."""
+    grad = torch.is_grad_enabled()
+    n_dd, v_dd = _bound("default_dtype", torch.get_default_dtype())
+    return [
+        StaticGuard(f"torch.is_grad_enabled() is {grad}", f"_is_grad_enabled() is {grad}",
+                    "torch.is_grad_enabled()"),
+        StaticGuard(f"torch.get_default_dtype() == {torch.get_default_dtype()}",
+                    f"_get_default_dtype() is {n_dd}", "torch.get_default_dtype()", v_dd),
+    ]
+
+
+NAMESPACE: dict[str, Any] = {"_is_grad_enabled": torch.is_grad_enabled,
+                             "_get_default_dtype": torch.get_default_dtype, "_value_key": value_key,
+                             "torch": torch}
