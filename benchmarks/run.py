@@ -1,8 +1,9 @@
 """guardsolve vs PyTorch's ShapeEnv vs plain z3, measured side by side in one process.
 
-    python benchmarks/run.py [--quick]
+    python benchmarks/run.py [--quick | --smallest] [--only SECTION]... [-o FILE]
 
-Prints a markdown report and writes it to benchmarks/RESULTS.md. Absolute times on shared
+Prints a markdown report. A full run (no flag) writes it to benchmarks/RESULTS.md, the committed
+record; `--quick`, `--smallest` and `--only` runs only print, unless `-o FILE` names where to write. Absolute times on shared
 machines are noisy: read the ratios, which compare runs made back to back in this process.
 """
 
@@ -513,7 +514,8 @@ def main() -> None:
     p.add_argument("--smallest", action="store_true",
                    help="only the smallest size of each section, once (a smoke run: tests/test_benchmarks.py)")
     p.add_argument("--only", choices=SECTIONS, action="append")
-    p.add_argument("--no-write", action="store_true", help="do not write benchmarks/RESULTS.md")
+    p.add_argument("-o", "--output", help="also write the report here (a full run writes benchmarks/RESULTS.md)")
+    p.add_argument("--no-write", action="store_true", help="a full run only prints, too")
     args = p.parse_args()
     only = set(args.only or SECTIONS)
     rep = 1 if args.smallest else 2 if args.quick else 3
@@ -546,9 +548,12 @@ def main() -> None:
     lines += ["", "## targets", ""] + [f"- {t}" for t in done]
     lines += ["", f"Whole run: {fmt(time.perf_counter() - started)}."]
     print("\n" + "\n".join(lines[-len(done) - 4:]), flush=True)
-    if not args.no_write and not args.smallest and only == set(SECTIONS):
-        with open(os.path.join(HERE, "RESULTS.md"), "w") as f:
+    full = not (args.quick or args.smallest or args.no_write) and only == set(SECTIONS)
+    # NOTE: only a full run replaces the committed record; smaller runs would overwrite it with less
+    for path in [args.output] if args.output else [os.path.join(HERE, "RESULTS.md")] if full else []:
+        with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
+        print(f"\nwrote {path}", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -1,29 +1,80 @@
-"""guardsolve: small, exact, fast guards for traced PyTorch programs."""
+"""guardsolve: small, exact, fast guards for traced PyTorch programs.
+
+The public names load on first use (PEP 562), so `import guardsolve` and the command line's
+`--help` do not pay for importing torch and z3.
+
+>>> import guardsolve
+>>> guardsolve.UnsatisfiableGuardsError.__mro__[1].__name__
+'GuardsolveError'
+"""
 
 from __future__ import annotations
 
-from guardsolve.errors import (
-    DataDependentError, GraphError, GuardFailure, GuardsolveError, ParseError, SolverError, TraceError,
-    UnsatisfiableGuardsError, UnsupportedOpError, VerificationError,
-)
-from guardsolve.ir.concrete import run_concrete
-from guardsolve.guards.shape import guard_graph
-from guardsolve.ir.graph import Graph
-from guardsolve.ir.node import Node, SourceLoc
-from guardsolve.ir.ops import Op, Type
-from guardsolve.ir.printer import print_guards
-from guardsolve.trace.replay import run_trace
-from guardsolve.trace.tracer import Trace, trace
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "DataDependentError", "Graph", "GraphError", "GuardFailure", "GuardsolveError", "Node", "Op", "ParseError",
-    "SolverError", "SourceLoc", "Trace", "TraceError", "Type", "UnsatisfiableGuardsError",
-    "UnsupportedOpError", "VerificationError", "guard_graph", "print_guards", "run_concrete",
-    "run_trace", "trace",
-]
+# NOTE: name -> defining module; `__getattr__` imports the module on first access.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys([
+        "DataDependentError", "GraphError", "GuardFailure", "GuardsolveError", "ParseError", "SolverError",
+        "TraceError", "UnsatisfiableGuardsError", "UnsupportedOpError", "VerificationError",
+    ], "guardsolve.errors"),
+    "run_concrete": "guardsolve.ir.concrete",
+    "guard_graph": "guardsolve.guards.shape",
+    "Graph": "guardsolve.ir.graph",
+    "Node": "guardsolve.ir.node", "SourceLoc": "guardsolve.ir.node",
+    "Op": "guardsolve.ir.ops", "Type": "guardsolve.ir.ops",
+    "print_guards": "guardsolve.ir.printer",
+    "run_trace": "guardsolve.trace.replay",
+    "Trace": "guardsolve.trace.tracer", "trace": "guardsolve.trace.tracer",
+    "Certificate": "guardsolve.solve.guardset", "GuardSet": "guardsolve.solve.guardset",
+    "simplify": "guardsolve.solve.simplify",
+    "CacheInfo": "guardsolve.cache", "GuardedFunction": "guardsolve.cache", "guarded": "guardsolve.cache",
+}
 
-from guardsolve.solve.guardset import Certificate, GuardSet  # noqa: E402
-from guardsolve.solve.simplify import simplify  # noqa: E402
-from guardsolve.cache import CacheInfo, GuardedFunction, guarded  # noqa: E402
+__all__ = sorted(_EXPORTS)
 
-__all__ += ["CacheInfo", "Certificate", "GuardSet", "GuardedFunction", "guarded", "simplify"]
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'guardsolve' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # NOTE: cache it, so the next access is a plain module lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """The package module: importing the subpackage `guardsolve.trace` must not shadow `trace()`."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "trace" and isinstance(value, types.ModuleType):
+            return  # NOTE: the import system binds subpackages on their parent; `trace` is the function
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+if TYPE_CHECKING:
+    from guardsolve.cache import CacheInfo, GuardedFunction, guarded
+    from guardsolve.errors import (
+        DataDependentError, GraphError, GuardFailure, GuardsolveError, ParseError, SolverError, TraceError,
+        UnsatisfiableGuardsError, UnsupportedOpError, VerificationError,
+    )
+    from guardsolve.guards.shape import guard_graph
+    from guardsolve.ir.concrete import run_concrete
+    from guardsolve.ir.graph import Graph
+    from guardsolve.ir.node import Node, SourceLoc
+    from guardsolve.ir.ops import Op, Type
+    from guardsolve.ir.printer import print_guards
+    from guardsolve.solve.guardset import Certificate, GuardSet
+    from guardsolve.solve.simplify import simplify
+    from guardsolve.trace.replay import run_trace
+    from guardsolve.trace.tracer import Trace, trace

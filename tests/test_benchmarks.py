@@ -32,9 +32,13 @@ def test_scale_workload_is_satisfiable_and_verified() -> None:
 
 def test_runner_smoke_run_of_every_section() -> None:
     """`--quick --smallest`: every section on its smallest case; it checks that the script runs, not timings."""
-    out = subprocess.run([sys.executable, str(BENCH / "run.py"), "--quick", "--smallest", "--no-write"],
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in BENCH.iterdir() if p.is_file()}
+    out = subprocess.run([sys.executable, str(BENCH / "run.py"), "--quick", "--smallest"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in BENCH.iterdir() if p.is_file()}
+    assert after == before, "a smoke run must leave benchmarks/ (the committed RESULTS.md) untouched"
+    assert "wrote " not in out.stdout
     for title in ("## mixed-N", "## chain-N", "## models", "## check", "## scale", "## targets"):
         assert title in out.stdout, title
     assert "| 100 | 497 |" in out.stdout and "| 10013 |" in out.stdout  # mixed-100 and scale-10k rows

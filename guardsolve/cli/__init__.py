@@ -37,9 +37,12 @@ def _parser() -> argparse.ArgumentParser:
                         help="example tensor shape for a parameter (repeat per parameter)")
     target.add_argument("--int", action="append", default=[], metavar="NAME=V", help="example int argument")
     target.add_argument("--dtype", default="float32", help="dtype of example tensors (default float32)")
+    target.add_argument("--value-guards", action="store_true",
+                        help="record branches on tensor data as value guards instead of failing")
 
     p = argparse.ArgumentParser(prog="guardsolve", description="Minimal, exact guards for traced PyTorch programs.")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("report", parents=[common, target], help="the minimal guards and where each came from")
     r.add_argument("--format", choices=["text", "json", "python", "dot"], default="text")
@@ -57,25 +60,44 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("guardsolve")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status (0 ok, 1 a check failed, 2 bad input, 3 a bug)."""
     args = _parser().parse_args(argv)
     try:
         return {"report": _report, "trace": _trace, "check": _check}[args.command](args)
     except GuardsolveError as e:
-        if args.debug:
-            traceback.print_exc()
-        print(f"guardsolve: error: {e}".splitlines()[0], file=sys.stderr)
-        return 2
+        return _fail(args, f"guardsolve: error: {e}", 2)
+    except KeyboardInterrupt:
+        return _fail(args, "guardsolve: interrupted", 130)
+    except Exception as e:  # NOTE: a bug in guardsolve, still one line (the traceback with --debug)
+        return _fail(args, f"guardsolve: internal error: {type(e).__name__}: {e} (rerun with --debug "
+                           f"for the traceback, and please report it)", 3)
+
+
+def _fail(args: argparse.Namespace, message: str, status: int) -> int:
+    if args.debug:
+        traceback.print_exc()
+    print(message.splitlines()[0] if message.strip() else message, file=sys.stderr)
+    return status
 
 
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from guardsolve.cli.targets import load
 
-    return load(args.target, args.shape, args.int, args.dtype)
+    return load(args.target, args.shape, args.int, args.dtype, args.value_guards)
 
 
 def _report(args: argparse.Namespace) -> int:
-    from guardsolve.cli.report import ReportInfo, dot_report, json_report, text_report
+    from guardsolve.cli.report import ReportInfo, dot_report, json_report, python_report, text_report
     from guardsolve.cli.targets import render_dot, write_output
     from guardsolve.solve.simplify import simplify
 
@@ -86,15 +108,15 @@ def _report(args: argparse.Namespace) -> int:
     if args.verify:
         gs.verify(timeout_ms=args.timeout_ms)
     gs.violations(args.dynamic)  # NOTE: validates the dim names before any output
-    info = ReportInfo(loaded.target, loaded.inputs, loaded.graph, seconds, args.verify, args.dynamic)
+    info = ReportInfo(loaded.target, loaded.inputs, loaded.graph, seconds, args.verify, args.dynamic,
+                      loaded.target if loaded.from_file else None)
     if args.format == "dot":
         text = dot_report(gs)
         if args.output and not args.output.endswith(".dot"):
             render_dot(text, args.output)
             return 0
     else:
-        text = {"text": text_report, "json": json_report}[args.format](gs, info) if args.format != "python" \
-            else gs.source()
+        text = {"text": text_report, "json": json_report, "python": python_report}[args.format](gs, info)
     write_output(text, args.output)
     return 0
 
@@ -117,7 +139,9 @@ def _check(args: argparse.Namespace) -> int:
     dims = new_dims(gs, args.dims, shapes)
     failed = gs.first_failure(dims)
     if failed is None:
-        print(f"ok: all {len(gs)} guards hold")
+        from guardsolve.cli.report import plural
+
+        print(f"ok: {'the' if len(gs) == 1 else 'all'} {plural(len(gs), 'guard')} {'holds' if len(gs) == 1 else 'hold'}")
         return 0
     values = ", ".join(f"{d}={dims[d]}" for d in failed.dims)
     where = f" — {gs._origin(min(failed.prov))}" if failed.prov else ""

@@ -4,9 +4,10 @@ traced on random tensors of the given shapes."""
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import math
 import os
 import sys
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -61,42 +62,75 @@ def parse_int(spec: str) -> tuple[str, int]:
 
 
 def load_callable(target: str) -> Callable[..., Any]:
-    """`path/to/script.py:fn` or `package.module:fn`."""
+    """`path/to/script.py:fn` or `package.module:fn`; an `nn.Module` class or a factory taking no
+    arguments is called to make the module."""
     where, sep, attr = target.rpartition(":")
     if not sep or not attr:
         raise TargetError(f"target {target!r} is neither a graph file nor MODULE:CALLABLE")
-    if where.endswith(".py"):
-        if not os.path.exists(where):
-            raise TargetError(f"no such file: {where}")
-        name = f"_guardsolve_target_{abs(hash(os.path.abspath(where)))}"
-        spec = importlib.util.spec_from_file_location(name, where)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as e:
-            raise TargetError(f"importing {where} failed: {type(e).__name__}: {e}") from e
-    else:
-        try:
-            module = importlib.import_module(where)
-        except Exception as e:
-            raise TargetError(f"cannot import module {where!r}: {type(e).__name__}: {e}") from e
+    module = _import_file(where) if where.endswith(".py") else _import_module(where)
     fn = getattr(module, attr, None)
     if fn is None:
         raise TargetError(f"{where} has no attribute {attr!r}")
-    if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
-        fn = fn()
-    elif callable(fn) and _takes_no_arguments(fn):
-        made = fn()  # a factory: `def make(): return MyModel()`
-        if not isinstance(made, torch.nn.Module):
-            raise TargetError(f"{target} takes no arguments and does not return an nn.Module")
-        fn = made
+    if isinstance(fn, type) and issubclass(fn, torch.nn.Module) or callable(fn) and _takes_no_arguments(fn):
+        fn = _construct(target, fn)
     if not callable(fn):
         raise TargetError(f"{target} is not callable")
     if isinstance(fn, torch.nn.Module):
         fn.eval()
     return fn
+
+
+def _import_file(where: str) -> Any:
+    """Run a script as a module; its code keeps the path as the user wrote it, so source lines
+    print that way."""
+    if not os.path.exists(where):
+        raise TargetError(f"no such file: {where}")
+    name = f"_guardsolve_target_{abs(hash(os.path.abspath(where)))}"
+    module = types.ModuleType(name)
+    module.__file__ = where
+    sys.modules[name] = module
+    try:
+        with open(where, "rb") as f:
+            code = compile(f.read(), where, "exec")
+        exec(code, module.__dict__)
+    except Exception as e:
+        del sys.modules[name]
+        raise TargetError(f"importing {where} failed: {type(e).__name__}: {e}{_at(e, where)}") from e
+    return module
+
+
+def _import_module(where: str) -> Any:
+    # NOTE: `python -m guardsolve` has the working directory on sys.path; the console script does not
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(where)
+    except Exception as e:
+        raise TargetError(f"cannot import module {where!r}: {type(e).__name__}: {e}") from e
+
+
+def _construct(target: str, factory: Callable[..., Any]) -> Any:
+    """Call an `nn.Module` class or a no-argument factory; its errors become one line."""
+    try:
+        made = factory()
+    except Exception as e:
+        name = getattr(factory, "__name__", "Model")
+        hint = f"; name a factory that builds it instead, e.g. `def make(): return {name}(...)`" \
+            if isinstance(e, TypeError) and "argument" in str(e) else f" ({_user_frame(e)})"
+        raise TargetError(f"cannot construct {target} with no arguments: {type(e).__name__}: {e}{hint}") from e
+    if not isinstance(factory, type) and not isinstance(made, torch.nn.Module):
+        raise TargetError(f"{target} takes no arguments and does not return an nn.Module")
+    return made
+
+
+def _at(e: BaseException, where: str) -> str:
+    """` (script.py:12)` for the deepest traceback frame in the user's script, if any."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == where]
+    if isinstance(e, SyntaxError) and e.lineno is not None:
+        return f" ({where}:{e.lineno})"
+    return f" ({where}:{frames[-1].lineno})" if frames else ""
 
 
 def _takes_no_arguments(fn: Callable[..., Any]) -> bool:
@@ -110,27 +144,84 @@ def _takes_no_arguments(fn: Callable[..., Any]) -> bool:
         not any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
+def _read_graph(target: str) -> Loaded:
+    if not os.path.exists(target):
+        raise TargetError(f"no such file: {target}")
+    if os.path.isdir(target):
+        raise TargetError(f"{target} is a directory, not a graph file")
+    if target.endswith(".py"):
+        raise TargetError(f"{target} is a Python file: name what to trace, as {target}:NAME "
+                          f"({_top_level_names(target)})")
+    with open(target) as f:
+        text = f.read()
+    graph = Graph.parse(text)
+    if not len(graph):
+        raise TargetError(f"{target} holds no graph (no nodes): an empty file is not a trace")
+    return Loaded(graph, target, "(saved graph)", True)
+
+
+def _top_level_names(path: str) -> str:
+    """The functions and classes a script defines, for the hint of a target without `:NAME`."""
+    import ast
+
+    try:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return "it could not be read"
+    names = [n.name for n in tree.body
+             if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and not n.name.startswith("_")]
+    return "it defines " + ", ".join(names) if names else "it defines no functions or classes"
+
+
+def _example_tensor(name: str, shape: tuple[int, ...], dt: torch.dtype) -> torch.Tensor:
+    """A random example tensor; sizes that cannot be allocated are one clear error, not an OOM kill."""
+    size = math.prod(shape) * dt.itemsize
+    budget = _memory_bytes() // 2
+    if size > budget:
+        raise TargetError(f"--shape {name}={','.join(map(str, shape))}: the example tensor needs "
+                          f"{size / 2**30:.1f} GiB, more than half of this machine's memory; "
+                          f"trace at smaller sizes (the guards hold for every size they accept)")
+    try:
+        return torch.randn(shape, dtype=dt) if dt.is_floating_point else torch.zeros(shape, dtype=dt)
+    except (RuntimeError, MemoryError) as e:
+        raise TargetError(f"--shape {name}={','.join(map(str, shape))}: cannot allocate the example "
+                          f"tensor: {str(e).splitlines()[0]}") from None
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 2**40
+
+
+def _named(specs: Sequence[str], flag: str, parse: Callable[[str], tuple[str, Any]],
+           seen: dict[str, str]) -> dict[str, Any]:
+    """`--shape`/`--int` values by parameter name; a name given twice is an error, not "last wins"."""
+    out: dict[str, Any] = {}
+    for spec in specs:
+        name, value = parse(spec)
+        if name in seen:
+            raise TargetError(f"{flag} {spec!r}: {name!r} is already given by {seen[name]}")
+        seen[name] = f"{flag} {spec!r}"
+        out[name] = value
+    return out
+
+
 def load(target: str, shapes: Sequence[str] = (), ints: Sequence[str] = (),
-         dtype: str = "float32") -> Loaded:
+         dtype: str = "float32", value_guards: bool = False) -> Loaded:
     """The graph of a target: read from a file, or traced on random inputs."""
     if ":" not in target or (os.path.exists(target) and not target.endswith(".py")):
-        if not os.path.exists(target):
-            raise TargetError(f"no such file: {target}")
-        if os.path.isdir(target):
-            raise TargetError(f"{target} is a directory, not a graph file")
-        with open(target) as f:
-            return Loaded(Graph.parse(f.read()), target, "(saved graph)", True)
-    fn = load_callable(target)
-    given: dict[str, Any] = {}
+        return _read_graph(target)
     dt = getattr(torch, dtype, None)
     if not isinstance(dt, torch.dtype):
         raise TargetError(f"unknown --dtype {dtype!r}")
-    for s in shapes:
-        name, shape = parse_shape(s)
-        given[name] = torch.randn(shape, dtype=dt) if dt.is_floating_point else torch.zeros(shape, dtype=dt)
-    for s in ints:
-        name, value = parse_int(s)
-        given[name] = value
+    seen: dict[str, str] = {}
+    shaped = _named(shapes, "--shape", parse_shape, seen)
+    given: dict[str, Any] = {**_named(ints, "--int", parse_int, seen)}
+    fn = load_callable(target)
+    given.update((name, _example_tensor(name, shape, dt)) for name, shape in shaped.items())
     names = _params(fn, given)
     unknown = [n for n in given if n not in names]
     if unknown:
@@ -141,7 +232,7 @@ def load(target: str, shapes: Sequence[str] = (), ints: Sequence[str] = (),
                           f"give --shape {missing[0]}=D0,D1,... or --int {missing[0]}=V")
     args = [given[n] for n in names]
     try:
-        t = trace(fn, *args)
+        t = trace(fn, *args, value_guards=value_guards)
     except GuardsolveError:
         raise
     except Exception as e:
@@ -221,9 +312,12 @@ def new_dims(gs: Any, dims: Sequence[str], shapes: Sequence[str]) -> dict[str, i
             try:
                 if not sep:
                     raise ValueError
-                out[name.strip()] = int(value)
+                number = int(value)
             except ValueError:
                 raise TargetError(f"malformed --dims {spec!r}: expected a0=4,b0=8") from None
+            if name.strip() in out:
+                raise TargetError(f"--dims {spec!r}: {name.strip()!r} is given twice")
+            out[name.strip()] = number
     by_param = {p.name: p for p in gs.signature or ()}
     for spec in shapes:
         name, shape = parse_shape(spec)
@@ -233,6 +327,9 @@ def new_dims(gs: Any, dims: Sequence[str], shapes: Sequence[str]) -> dict[str, i
             raise TargetError(f"--shape/--at names unknown tensor {name!r} (tensors: {known})")
         if len(shape) != p.rank:
             raise TargetError(f"{name} was traced at rank {p.rank}; {list(shape)} has rank {len(shape)}")
+        twice = [d for d in p.dims if d in out]
+        if twice:
+            raise TargetError(f"--shape/--at {spec!r}: {twice[0]!r} is given twice")
         out.update(zip(p.dims, shape))
     unknown = [d for d in out if d not in gs.dims]
     if unknown:

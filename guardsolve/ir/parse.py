@@ -10,6 +10,7 @@ Blank lines and `#` comments are ignored.
 from __future__ import annotations
 
 import ast
+import keyword
 import re
 from typing import Any, Iterator
 
@@ -63,6 +64,13 @@ class _Line:
         return tok
 
 
+def _check_name(cur: _Line, word: str, col: int, what: str) -> str:
+    """Names become Python identifiers in replays and compiled checks: no keywords (`None`, `lambda`)."""
+    if keyword.iskeyword(word):
+        raise cur.error(f"{what} {word!r} is a Python keyword and cannot name a value", col)
+    return word
+
+
 def parse_nodes(text: str) -> Iterator[Node]:
     """Parse graph text line by line (`Graph.parse` collects the nodes); raises `ParseError`
     with line and column on malformed input."""
@@ -80,7 +88,7 @@ def _parse_line(cur: _Line) -> Node:
     tok = cur.peek()
     if tok is not None and tok[1] == "=":
         cur.next("=")
-        outputs = (word,)
+        outputs = (_check_name(cur, word, col, "output name"),)
         kind, word, col = cur.next("name")
         if kind != "name":
             raise cur.error(f"expected an op name, found {word!r}", col)
@@ -106,11 +114,15 @@ def _parse_line(cur: _Line) -> Node:
                     raise cur.error(f"{op} has no param {word!r}", col)
                 if word in params:
                     raise cur.error(f"param {word!r} given twice", col)
+                start = cur.pos
                 params[word] = _param_value(cur, ptype)
+                if word == "name":
+                    _check_name(cur, params[word], start + len(cur.text[start:]) - len(cur.text[start:].lstrip()),
+                                "name")
             elif params:
                 raise cur.error("positional input after a param", col)
             else:
-                inputs.append(word)
+                inputs.append(_check_name(cur, word, col, "input"))
             _, sep, col = cur.next("',' or ')'")
             if sep == ")":
                 break
@@ -163,8 +175,9 @@ def parse_call(text: str, lineno: int) -> Any:
         lhs, rhs = "", text
     outputs = tuple(o.strip() for o in lhs.split(",")) if lhs.strip() else ()
     for o in outputs:
-        if not o.isidentifier():
-            raise ParseError(f"expected an output name, found {o!r}", lineno, 1, text)
+        if not o.isidentifier() or keyword.iskeyword(o):
+            raise ParseError(f"expected an output name that is not a Python keyword, found {o!r}", lineno,
+                             text.index(o) + 1, text)
     offset = len(text) - len(rhs)
     try:
         tree = ast.parse(rhs.strip(), mode="eval").body
