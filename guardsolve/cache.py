@@ -1,8 +1,21 @@
-"""`guarded(fn)`: a cache of traces keyed by their minimal guards (why guards exist).
+"""`guarded(fn)`: a cache of traces keyed by their guards (why guards exist).
 
-On a call, each entry's compiled check runs in order; the first that accepts the inputs runs
-its compiled trace. A miss traces again, simplifies, and adds an entry; `cache_info()` says
-why each miss missed: which guard of which entry failed, with the values and the source line.
+A call binds its arguments through fn's signature (keywords and defaults included). Tensors
+and ints are traced; other arguments (flags, floats, strings, tuples) are pinned by value.
+Each entry's compiled check tests, in order: the inputs' kinds and ranks; the static guards
+(every tensor's dtype, device, layout and requires_grad, the strides where the trace observed
+them, grad mode, default dtype, pinned arguments, a module's train/eval flags); then the
+minimal size guards. The first entry that accepts runs its compiled trace (a hit). A miss
+traces, simplifies and publishes a new entry.
+
+Entries are a tuple replaced whole (copy on write), so hits take no lock. One thread at a
+time traces (a lock per function): a thread that misses while another traces runs fn eagerly
+instead of waiting (`eager_calls`), and finds the new entry on its next call. A trace that
+raises (also `KeyboardInterrupt`) publishes nothing. Inside another trace, a guarded function
+runs fn directly, so the outer trace records through it.
+
+`cache_info().miss_reasons` keeps the reasons of the last `miss_history` misses; each reason
+is built only when asked for, from a small description of the inputs (shapes, dtypes, ...).
 
 >>> import torch
 >>> @guarded
@@ -13,30 +26,67 @@ why each miss missed: which guard of which entry failed, with the values and the
 (2, 1, 2)
 >>> print(info.miss_reasons[-1].split(" — ")[0])
 entry 0: a0 == b0 failed (a0=4, b0=1)
+>>> _ = add(torch.ones(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64))
+>>> print(add.cache_info().miss_reasons[-2])
+entry 0: a.dtype == torch.float32 failed (found torch.float64)
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+import itertools
+import threading
 import warnings
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
+
+import torch
 
 from guardsolve.errors import GuardFailure
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
 from guardsolve.trace.replay import compile_replay
-from guardsolve.trace.tracer import Trace, trace
+from guardsolve.trace.static import StaticGuard, is_static_value, value_guard
+from guardsolve.trace.tracer import Trace, is_traced, trace, tracing
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
-@dataclass
+class _Counter:
+    """A count that threads bump without a lock (`next` on `itertools.count` is atomic)."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self) -> None:
+        self._c = itertools.count()
+
+    def inc(self) -> None:
+        next(self._c)
+
+    @property
+    def value(self) -> int:
+        return int(repr(self._c)[6:-1])  # NOTE: "count(N)"; reading does not advance it
+
+
+@dataclass(eq=False)
 class Entry:
-    """One cached trace, its minimal guards and its compiled replay."""
+    """One cached trace: its guards (static, then sizes), its compiled replay, and which of the
+    bound arguments it traced (`traced`: their positions, None for all)."""
 
     trace: Trace
     guards: GuardSet
     run: Callable[..., Any]
-    hits: int = 0
+    names: tuple[str, ...]
+    traced: tuple[int, ...] | None
+    check: Callable[..., bool] = field(repr=False, default=None)  # type: ignore[assignment]
+    last_used: int = 0
+    _hits: _Counter = field(default_factory=_Counter, repr=False)
+
+    @property
+    def hits(self) -> int:
+        return self._hits.value
 
 
 @dataclass(frozen=True)
@@ -47,88 +97,306 @@ class CacheInfo:
     eager_calls: int
     evictions: int
     miss_reasons: tuple[str, ...]
+    traces: int = 0
 
 
-@dataclass
-class _Stats:
-    hits: int = 0
-    misses: int = 0
-    eager_calls: int = 0
-    evictions: int = 0
-    reasons: list[str] = field(default_factory=list)
+class _TensorDesc:
+    """What a miss remembers of a tensor argument: enough to explain it, never its data."""
+
+    __slots__ = ("shape", "dtype", "device", "layout", "requires_grad", "_stride", "_offset", "_contiguous")
+
+    def __init__(self, t: torch.Tensor):
+        self.shape, self.dtype, self.device, self.layout = tuple(t.shape), t.dtype, t.device, t.layout
+        self.requires_grad = t.requires_grad
+        strided = t.layout is torch.strided
+        self._stride = tuple(t.stride()) if strided else ()
+        self._offset = t.storage_offset() if strided else 0
+        self._contiguous = t.is_contiguous() if strided else False
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"tensor(shape={list(self.shape)}, dtype={self.dtype})"
+
+    def stride(self) -> tuple[int, ...]:
+        return self._stride
+
+    def storage_offset(self) -> int:
+        return self._offset
+
+    def is_contiguous(self) -> bool:
+        return self._contiguous
+
+
+def _describe(v: Any) -> Any:
+    return _TensorDesc(v) if isinstance(v, torch.Tensor) else v
+
+
+class _Miss:
+    """One miss: the entries it was checked against and a description of its inputs; the
+    reasons are built on first read."""
+
+    __slots__ = ("entries", "names", "desc", "state", "note", "_text")
+
+    def __init__(self, entries: tuple[Entry, ...], names: tuple[str, ...], values: Sequence[Any],
+                 state: dict[str, Any]):
+        self.entries, self.names, self.state = entries, names, state
+        self.desc = tuple(_describe(v) for v in values)
+        self.note: str | None = None
+        self._text: tuple[str, ...] | None = None
+
+    def reasons(self) -> tuple[str, ...]:
+        if self._text is None:
+            out = [f"entry {i}: {self._why(e)}" for i, e in enumerate(self.entries)] or ["no entries yet"]
+            if self.note:
+                out.append(self.note)
+            self._text = tuple(out)
+        return self._text
+
+    def _why(self, e: Entry) -> str:
+        if e.names != self.names:
+            return f"arguments ({', '.join(self.names)}) differ from the traced ({', '.join(e.names)})"
+        return e.guards.explain_failure(*self.desc, state=self.state)
 
 
 class GuardedFunction:
-    """A function whose traces are reused exactly when their minimal guards accept the inputs."""
+    """A function whose traces are reused exactly when their guards accept the inputs."""
 
     def __init__(self, fn: Callable[..., Any], max_entries: int = 8, evict: bool = False,
-                 value_guards: bool = False, timeout_ms: int = 5000):
+                 value_guards: bool = False, timeout_ms: int = 5000, miss_history: int = 32):
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.max_entries = max_entries
         self.evict = evict
         self.value_guards = value_guards
         self.timeout_ms = timeout_ms
-        self.entries: list[Entry] = []
-        self._stats = _Stats()
+        self.miss_history = miss_history
+        target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+        try:
+            self._sig: inspect.Signature | None = inspect.signature(target)
+        except (TypeError, ValueError):
+            self._sig = None
+        params = list(self._sig.parameters.values()) if self._sig is not None else []
+        # NOTE: the common call (every parameter passed positionally) binds without inspect
+        self._plain = tuple(p.name for p in params) if params and all(p.kind in _POSITIONAL for p in params) else None
+        self._modules = list(fn.modules()) if isinstance(fn, torch.nn.Module) else None
+        self._lock = threading.RLock()  # NOTE: held while tracing; reentrant for recursion
+        self._clock = itertools.count(1)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._entries: tuple[Entry, ...] = ()
+        self._hits, self._misses, self._eager, self._evictions, self._traces = (
+            _Counter(), _Counter(), _Counter(), _Counter(), _Counter())
+        self._log: deque[_Miss | str] = deque(maxlen=self.miss_history)
         self._warned = False
 
-    def __call__(self, *args: Any) -> Any:
-        for i, e in enumerate(self.entries):
-            if e.guards.check(*args):
-                try:
-                    out = e.run(*args)
-                except GuardFailure as failure:  # a value bailout: data changed the path
-                    self._stats.reasons.append(f"entry {i}: {failure}")
-                    continue
-                e.hits += 1
-                self._stats.hits += 1
-                if self.evict and i:
-                    self.entries.insert(0, self.entries.pop(i))  # most recently used first
-                return out
-        self._stats.misses += 1
-        self._stats.reasons += [self._why(i, e, args) for i, e in enumerate(self.entries)] or ["no entries yet"]
-        if len(self.entries) >= self.max_entries:
-            if not self.evict:
-                if not self._warned:
-                    warnings.warn(f"{getattr(self.fn, '__name__', 'function')}: guarded cache is full "
-                                  f"({self.max_entries} entries); running eagerly", stacklevel=2)
-                    self._warned = True
-                self._stats.eager_calls += 1
-                return self.fn(*args)
-            self.entries.pop()
-            self._stats.evictions += 1
-        t = trace(self.fn, *args, value_guards=self.value_guards)
-        gs = simplify(t, timeout_ms=self.timeout_ms)
-        entry = Entry(t, gs, compile_replay(t.graph, t.out_spec, t.constants))
-        if self.evict:
-            self.entries.insert(0, entry)  # most recently used first
-        else:
-            self.entries.append(entry)
-        return t.output
+    @property
+    def entries(self) -> tuple[Entry, ...]:
+        return self._entries
 
-    @staticmethod
-    def _why(i: int, e: Entry, args: tuple[Any, ...]) -> str:
-        reason = e.guards.explain_failure(*args)
-        return f"entry {i}: {reason}"
+    # -- calls -----------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if tracing() and any(is_traced(v) for v in itertools.chain(args, kwargs.values())):
+            return self.fn(*args, **kwargs)  # NOTE: inside an outer trace: let it record fn
+        names, values = self._bind(args, kwargs)
+        entries = self._entries
+        for e in entries:
+            out = self._try(e, names, values)
+            if out is not _MISS:
+                return out
+        return self._miss(args, kwargs, names, values, entries)
+
+    def _try(self, e: Entry, names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
+        if (e.names is not names and e.names != names) or not e.check(*values):
+            return _MISS
+        try:
+            out = e.run(*(values if e.traced is None else [values[i] for i in e.traced]))
+        except GuardFailure as failure:  # a value bailout: data changed the path
+            self._log.append(f"entry {self._entries.index(e) if e in self._entries else '?'}: {failure}")
+            return _MISS
+        e._hits.inc()
+        self._hits.inc()
+        e.last_used = next(self._clock)
+        return out
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        """Every argument by parameter name, in signature order, defaults filled in; `*args`
+        become `args_0, ...`, `**kwargs` their keys."""
+        if not kwargs and self._plain is not None and len(args) == len(self._plain):
+            return self._plain, args
+        if self._sig is None:
+            if kwargs:
+                raise TypeError(f"{getattr(self.fn, '__name__', 'function')} has no signature to bind keywords by")
+            return tuple(f"args_{i}" for i in range(len(args))), args
+        ba = self._sig.bind(*args, **kwargs)  # NOTE: a TypeError here is eager's TypeError
+        ba.apply_defaults()
+        names: list[str] = []
+        values: list[Any] = []
+        for p in self._sig.parameters.values():
+            v = ba.arguments[p.name]
+            if p.kind is p.VAR_POSITIONAL:
+                names += [f"{p.name}_{i}" for i in range(len(v))]
+                values += v
+            elif p.kind is p.VAR_KEYWORD:
+                names += list(v)
+                values += v.values()
+            else:
+                names.append(p.name)
+                values.append(v)
+        return tuple(names), tuple(values)
+
+    # -- misses ----------------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
+        state: dict[str, Any] = {"_is_grad_enabled": lambda: grad, "_get_default_dtype": lambda: dtype}
+        if self._modules is not None:
+            flags = [m.training for m in self._modules]
+            state["_training"] = lambda: flags
+        return state
+
+    def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...],
+              values: tuple[Any, ...], seen: tuple[Entry, ...]) -> Any:
+        self._misses.inc()
+        record = _Miss(seen, names, values, self._state())
+        self._log.append(record)
+        why_eager = self._untraceable(names, values)
+        if why_eager is None and not self._lock.acquire(blocking=False):
+            why_eager = "another thread is tracing this function"
+        if why_eager is not None:
+            record.note = f"ran eagerly: {why_eager}"
+            self._eager.inc()
+            return self.fn(*args, **kwargs)
+        try:
+            for e in self._entries:  # NOTE: published while we waited for the lock
+                if e not in seen:
+                    out = self._try(e, names, values)
+                    if out is not _MISS:
+                        return out
+            if len(self._entries) >= self.max_entries:
+                if not self.evict:
+                    if not self._warned:
+                        warnings.warn(f"{getattr(self.fn, '__name__', 'function')}: guarded cache is full "
+                                      f"({self.max_entries} entries); running eagerly", stacklevel=3)
+                        self._warned = True
+                    record.note = f"ran eagerly: the cache is full ({self.max_entries} entries)"
+                    self._eager.inc()
+                    return self.fn(*args, **kwargs)
+                lru = min(self._entries, key=lambda e: e.last_used)
+                self._entries = tuple(e for e in self._entries if e is not lru)
+                self._evictions.inc()
+            entry = self._trace(names, values)
+            self._traces.inc()
+            self._entries = (entry,) + self._entries if self.evict else self._entries + (entry,)
+            out, entry.trace.output = entry.trace.output, None  # NOTE: the entry keeps no output alive
+            return out
+        finally:
+            self._lock.release()
+
+    def _untraceable(self, names: tuple[str, ...], values: tuple[Any, ...]) -> str | None:
+        """Why these arguments cannot be traced (so the call runs eagerly), or None."""
+        for n, v in zip(names, values):
+            if isinstance(v, torch.Tensor):
+                if (type(v) is not torch.Tensor and not isinstance(v, torch.nn.Parameter)) or (
+                        v.layout is not torch.strided or v.is_quantized):
+                    return f"argument {n!r} is a {type(v).__name__} with layout {v.layout}: only dense tensors trace"
+            elif not is_static_value(v):
+                return f"argument {n!r} ({type(v).__name__}) is neither traced nor comparable by value"
+        if torch.is_grad_enabled() and (
+                any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+                or (self._modules is not None and any(p.requires_grad for p in self.fn.parameters()))):  # type: ignore[attr-defined]
+            # NOTE: a trace records no autograd graph, so its first output would not be eager's
+            return "autograd: grad mode is on and an input or parameter requires grad"
+        return None
+
+    def _trace(self, names: tuple[str, ...], values: tuple[Any, ...]) -> Entry:
+        traced = tuple(i for i, v in enumerate(values)
+                       if isinstance(v, torch.Tensor) or (isinstance(v, int) and not isinstance(v, bool)))
+        plain = names == self._plain and len(traced) == len(values)
+        fn = self.fn if plain else self._partial(names, values, traced)
+        t = trace(fn, *[values[i] for i in traced], value_guards=self.value_guards)
+        static = list(t.static) + [value_guard(names[i], values[i]) for i in range(len(values)) if i not in traced]
+        if self._modules is not None:
+            static.append(self._training_guard())
+        gs = simplify(t, timeout_ms=self.timeout_ms).with_static(static, names)
+        run = compile_replay(t.graph, t.out_spec, t.constants)
+        assert gs._check is not None
+        return Entry(t, gs, run, names, None if plain or len(traced) == len(values) else traced, gs._check,
+                     next(self._clock))
+
+    def _partial(self, names: tuple[str, ...], values: tuple[Any, ...], traced: tuple[int, ...]) -> Callable[..., Any]:
+        """fn as a function of the traced arguments only (the others fixed), named like fn's."""
+        sig, fn = self._sig, self.fn
+        assert sig is not None
+        # NOTE: `names` follow the signature (see `_bind`): rebuild which go positionally
+        positional: list[int] = []
+        keyword: list[int] = []
+        k = 0
+        for p in sig.parameters.values():
+            if p.kind in _POSITIONAL:
+                positional.append(k)
+                k += 1
+            elif p.kind is p.VAR_POSITIONAL:
+                j = 0
+                while k < len(names) and names[k] == f"{p.name}_{j}":
+                    positional.append(k)
+                    k, j = k + 1, j + 1
+            elif p.kind is p.KEYWORD_ONLY:
+                keyword.append(k)
+                k += 1
+            else:
+                keyword += range(k, len(names))
+                k = len(names)
+        fixed = list(values)
+
+        def call(*traced_values: Any) -> Any:
+            full = list(fixed)
+            for i, v in zip(traced, traced_values):
+                full[i] = v
+            return fn(*[full[i] for i in positional], **{names[i]: full[i] for i in keyword})
+
+        call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [inspect.Parameter(names[i], inspect.Parameter.POSITIONAL_OR_KEYWORD) for i in traced])
+        call.__name__ = getattr(fn, "__name__", type(fn).__name__)
+        return call
+
+    def _training_guard(self) -> StaticGuard:
+        mods = self._modules
+        assert mods is not None
+        flags = [m.training for m in mods]
+        name = type(self.fn).__name__
+        text = (f"{name}: every module in {'training' if flags[0] else 'eval'} mode" if len(set(flags)) == 1
+                else f"{name}: modules' training flags == {flags}")
+        return StaticGuard(text, "_training() == _s_training", "_training()",
+                           (("_training", lambda: [m.training for m in mods]), ("_s_training", flags)))
+
+    # -- bookkeeping -----------------------------------------------------------------------
 
     def cache_info(self) -> CacheInfo:
-        s = self._stats
-        return CacheInfo(len(self.entries), s.hits, s.misses, s.eager_calls, s.evictions, tuple(s.reasons))
+        log = list(self._log)  # NOTE: one C call, atomic under the GIL
+        reasons = tuple(r for m in log for r in ((m,) if isinstance(m, str) else m.reasons()))
+        return CacheInfo(len(self._entries), self._hits.value, self._misses.value, self._eager.value,
+                         self._evictions.value, reasons, self._traces.value)
 
     def cache_clear(self) -> None:
-        self.entries.clear()
-        self._stats = _Stats()
+        with self._lock:
+            self._reset()
+
+
+_MISS = object()
 
 
 def guarded(fn: Callable[..., Any] | None = None, *, max_entries: int = 8, evict: bool = False,
-            value_guards: bool = False, timeout_ms: int = 5000) -> Any:
-    """Decorator: cache traces of `fn` and reuse one whenever its minimal guards accept the inputs.
+            value_guards: bool = False, timeout_ms: int = 5000, miss_history: int = 32) -> Any:
+    """Decorator: cache traces of `fn` and reuse one whenever its guards accept the inputs.
 
     Past `max_entries` a miss runs `fn` eagerly with a warning, or, with `evict=True`, drops the
-    least recently used entry.
+    least recently used entry. `miss_history` bounds `cache_info().miss_reasons` (the last
+    misses'). A solver timeout (`timeout_ms`) keeps the constraint it could not decide.
     """
     def wrap(f: Callable[..., Any]) -> GuardedFunction:
-        return GuardedFunction(f, max_entries, evict, value_guards, timeout_ms)
+        return GuardedFunction(f, max_entries, evict, value_guards, timeout_ms, miss_history)
     return wrap(fn) if fn is not None else wrap
-

@@ -184,19 +184,21 @@ class GuardSet:
                 dims[p.name] = a
         return dims
 
-    def static_failure(self, *args: Any) -> str | None:
-        """The first static guard new inputs fail, with the value found, or None."""
+    def static_failure(self, *args: Any, state: Mapping[str, Any] | None = None) -> str | None:
+        """The first static guard new inputs fail, with the value found, or None. `state`
+        replaces names the guards call (`_is_grad_enabled`, ...) by what they returned then."""
         env = self._bind(args)
         if env is None:
             return None
+        names = {**self._bound, **(state or {})}
         for g in self.static:
             try:
-                ok = eval(g.source, {**self._bound}, env)  # NOTE: only on the miss path
-                found = eval(g.subject, {**self._bound}, env)
+                ok = eval(g.source, names, env)  # NOTE: only on the miss path
+                found = eval(g.subject, names, env)
             except Exception as e:  # an argument of another kind than traced
                 return f"{g.text} failed ({type(e).__name__}: {e})"
             if not ok:
-                return f"{g.text} failed ({g.subject}={found!r})"
+                return f"{g.text} failed (found {found!r})"
         return None
 
     def first_failure(self, dims: Mapping[str, int]) -> Constraint | None:
@@ -209,14 +211,14 @@ class GuardSet:
                 return c
         return None
 
-    def explain_failure(self, *args: Any) -> str:
+    def explain_failure(self, *args: Any, state: Mapping[str, Any] | None = None) -> str:
         """Why new inputs miss: `a0 == b0 failed (a0=4, b0=8) — examples/mlp.py:12  code`."""
         dims = self.input_dims(*args)
         if dims is None:
             ranks = ", ".join(f"{p.name}: rank {p.rank}" if p.kind == "tensor" else f"{p.name}: int"
                               for p in self.signature or ())
             return f"inputs do not fit the traced signature ({ranks})"
-        failed = self.static_failure(*args)
+        failed = self.static_failure(*args, state=state)
         if failed is not None:
             return failed
         c = self.first_failure(dims)
@@ -226,17 +228,27 @@ class GuardSet:
         where = f" — {self._origin(min(c.prov))}" if c.prov else ""
         return f"{c.text} failed ({values}){where}"
 
-    def violations(self, dynamic: Sequence[str]) -> list[Any]:
+    def judge_dynamic(self, dynamic: Sequence[str], example: Any = None) -> Any:
+        """torch.export's view of the declared-dynamic dims (`dynamic.Judgement`), static dims at
+        their `example` values (a dim -> value mapping, or the example inputs; z3 picks one if None)."""
+        from guardsolve.solve.dynamic import judge
+
+        key = (tuple(dynamic), None if example is None else tuple(sorted(
+            (example if isinstance(example, Mapping) else self.input_dims(*example) or {}).items())))
+        cache = self.__dict__.setdefault("_judgements", {})  # NOTE: the z3 questions cost ~0.1-1 s
+        if key not in cache:
+            cache[key] = judge(self, dynamic, example)
+        return cache[key]
+
+    def violations(self, dynamic: Sequence[str], example: Any = None) -> list[Any]:
         """Minimal guards that constrain the declared-dynamic dims, with torch.export fixes."""
-        from guardsolve.solve.dynamic import violations
+        return self.judge_dynamic(dynamic, example).violations
 
-        return violations(self.constraints, self.dims, dynamic)
-
-    def export_spec(self, dynamic: Sequence[str]) -> Any:
-        """A `dynamic_shapes` spec for `torch.export.export` satisfying these guards."""
-        from guardsolve.solve.dynamic import export_spec
-
-        return export_spec(self, dynamic)
+    def export_spec(self, dynamic: Sequence[str], example: Any = None) -> Any:
+        """The most dynamic `dynamic_shapes` spec for `torch.export.export` these guards allow."""
+        if self.signature is None:
+            raise InputMismatchError("a dynamic_shapes spec needs the traced signature (trace a function, not a guard file)")
+        return self.judge_dynamic(dynamic, example).spec
 
     # -- explaining ------------------------------------------------------------------------
 

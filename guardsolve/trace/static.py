@@ -26,8 +26,8 @@ import torch
 @dataclass(frozen=True)
 class StaticGuard:
     """One static guard: `text` as it prints, `source` as the compiled check evaluates it (over
-    the parameters and the names `values` binds), `subject` the expression whose value a miss
-    reports."""
+    the parameters and the names `values` binds), `subject` the expression (over the same
+    names) whose value a miss reports."""
 
     text: str
     source: str
@@ -120,9 +120,9 @@ def state_guards() -> list[StaticGuard]:
     n_dd, v_dd = _bound("default_dtype", torch.get_default_dtype())
     return [
         StaticGuard(f"torch.is_grad_enabled() is {grad}", f"_is_grad_enabled() is {grad}",
-                    "torch.is_grad_enabled()"),
+                    "_is_grad_enabled()"),
         StaticGuard(f"torch.get_default_dtype() == {torch.get_default_dtype()}",
-                    f"_get_default_dtype() is {n_dd}", "torch.get_default_dtype()", v_dd),
+                    f"_get_default_dtype() is {n_dd}", "_get_default_dtype()", v_dd),
     ]
 
 

@@ -65,7 +65,8 @@ class TracedTensor(torch.Tensor):
     poisoned: str  # why this output cannot be used (its shape rule disagrees with eager), or ""
 
     @staticmethod
-    def __new__(cls, real: torch.Tensor, meta: torch.Tensor, name: str, rec: Recorder) -> "TracedTensor":
+    def __new__(cls, real: torch.Tensor, meta: torch.Tensor, name: str, rec: Recorder,
+                requires_grad: bool | None = None) -> "TracedTensor":
         real = _laid_out_as(real, meta)
         sizes = [_aliased(rec, s, name, Op.VAR_SIZE, i) for i, s in enumerate(meta.shape)]
         strides = [_aliased(rec, s, name, Op.VAR_STRIDE, i) for i, s in enumerate(meta.stride())]
@@ -74,7 +75,8 @@ class TracedTensor(torch.Tensor):
         try:
             out = torch.Tensor._make_wrapper_subclass(
                 cls, sizes, strides=strides, storage_offset=offset, dtype=real.dtype,
-                device=real.device, layout=real.layout, requires_grad=real.requires_grad)
+                device=real.device, layout=real.layout,
+                requires_grad=real.requires_grad if requires_grad is None else requires_grad)
         finally:
             rec.muted = muted
         # NOTE: composites read the lazy conjugate / negative bits from the wrapper

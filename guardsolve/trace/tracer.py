@@ -159,7 +159,8 @@ def placeholder(rec: Recorder, p: Param, value: Any) -> Any:
     if rec.trace is None:
         return meta
     real = value.detach() if value.requires_grad else value
-    return TracedTensor(real, meta, p.name, rec)
+    # NOTE: user code may ask (`if x.requires_grad`); the eager tensor itself stays detached
+    return TracedTensor(real, meta, p.name, rec, requires_grad=value.requires_grad)
 
 
 class _presents_as_tracing:
@@ -194,6 +195,16 @@ class _presents_as_tracing:
             if self._active[0] == 0:
                 for f, v in zip(self._FLAGS, self._saved):
                     setattr(tc, f, v)
+
+
+def tracing() -> bool:
+    """Is some trace running (in any thread)? Cheap: one read of a shared count."""
+    return _presents_as_tracing._active[0] > 0
+
+
+def is_traced(v: Any) -> bool:
+    """Is `v` a value of a running trace (a traced tensor or a symbolic int)?"""
+    return isinstance(v, TracedTensor) or (isinstance(v, (torch.SymInt, torch.SymBool)) and v.node.is_symbolic())
 
 
 def _module_names(fn: Any) -> dict[int, str]:
