@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import re
 import subprocess
 import sys
+from typing import Callable
 
 import pytest
 import torch
@@ -123,7 +126,7 @@ def test_python_and_dot_formats(tmp_path: pathlib.Path, capsys: pytest.CaptureFi
     args = ["report", "examples/branching.py:route", "--shape", "x=32,8", "--shape", "y=8,4"]
     assert main(args + ["--format", "python"]) == 0
     src = capsys.readouterr().out
-    ns: dict = {"Tensor": torch.Tensor}
+    ns: dict = {}  # NOTE: a self-contained module: it imports what it uses
     exec(src, ns)
     assert ns["check"](torch.randn(20, 3), torch.randn(3, 1)) and not ns["check"](torch.randn(2, 3), torch.randn(3, 1))
     assert main(args + ["--format", "dot", "-o", str(tmp_path / "g.dot")]) == 0
@@ -215,3 +218,186 @@ def test_module_factory_target(tmp_path: pathlib.Path, capsys: pytest.CaptureFix
     script.write_text("import torch.nn as nn\n\ndef make():\n    return nn.Sequential(nn.Linear(6, 3), nn.ReLU())\n")
     assert main(["report", f"{script}:make", "--shape", "input=5,6"]) == 0
     assert "\ninput1 == 6\n" in capsys.readouterr().out
+
+
+# --- a new user's first minutes (issue 12) ---------------------------------------------------
+
+def _run(argv: list[str], cwd: pathlib.Path | str = ROOT) -> subprocess.CompletedProcess[str]:
+    exe = pathlib.Path(sys.executable).parent / "guardsolve"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "guardsolve"]
+    return subprocess.run(cmd + argv, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_help_and_version_load_neither_torch_nor_z3() -> None:
+    code = ("import sys, contextlib, io\n"
+            "from guardsolve.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    for argv in (['--help'], ['--version'], ['report', '--nope']):\n"
+            "        with contextlib.suppress(SystemExit):\n"
+            "            main(argv)\n"
+            "import guardsolve\n"
+            "print(sorted(m for m in ('torch', 'z3') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    version = _run(["--version"])
+    assert version.returncode == 0 and version.stdout.startswith("guardsolve ") and not version.stderr
+
+
+def test_lazy_package_still_exports_the_library() -> None:
+    import guardsolve.trace.tracer  # noqa: F401  (importing the subpackage must not shadow trace())
+
+    assert callable(guardsolve.trace) and guardsolve.trace.__name__ == "trace"
+    assert set(guardsolve.__all__) <= set(dir(guardsolve))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        guardsolve.nope  # noqa: B018
+
+
+def test_python_format_is_a_self_contained_module(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--format", "python"]) == 0
+    src = capsys.readouterr().out
+    assert "import" in src and src.startswith("# minimal guards of examples/notebook.py:add")
+    ns: dict = {}
+    exec(compile(src, "printed.py", "exec"), ns)
+    gs = guardsolve.simplify(guardsolve.trace(lambda a, b: a + b, torch.randn(4), torch.randn(4)))
+    for a, b in [(3, 3), (1, 1), (5, 1), (0, 0), (6, 7)]:
+        x, y = torch.randn(a), torch.randn(b)
+        assert ns["check"](x, y) == gs.check(x, y) == (a == b and a != 1)
+
+
+def test_module_target_from_the_working_directory(tmp_path: pathlib.Path) -> None:
+    """The console script, like `python -m`, finds `pkg.module:fn` under the working directory."""
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "ops.py").write_text("def double(x):\n    return x.view(2, -1)\n")
+    out = _run(["report", "mypkg.ops:double", "--shape", "x=6"], cwd=tmp_path)
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    assert "mypkg/ops.py:2  return x.view(2, -1)" in out.stdout
+
+
+def test_source_paths_print_as_written(tmp_path: pathlib.Path) -> None:
+    work = tmp_path / "out"
+    work.mkdir()
+    rel = os.path.relpath(ROOT / "examples" / "notebook.py", work)
+    out = _run(["report", f"{rel}:add", "--shape", "a=4", "--shape", "b=4"], cwd=work)
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    assert f"    {rel}:47  return a + b" in out.stdout and str(work) not in out.stdout
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["report", "examples/notebook.py:add", "--shape", "a=1000000000000", "--shape", "b=4"],
+     "--shape a=1000000000000: the example tensor needs 3725.3 GiB"),
+    (["report", "torch.nn:Linear", "--shape", "input=4,4"],
+     "cannot construct torch.nn:Linear with no arguments: TypeError"),
+    (["report", "examples/notebook.py", "--shape", "a=4"],
+     "examples/notebook.py is a Python file: name what to trace, as examples/notebook.py:NAME (it defines add,"),
+    (["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "a=5", "--shape", "b=4"],
+     "--shape 'a=5': 'a' is already given by --shape 'a=4'"),
+    (["report", "examples/branching.py:route", "--shape", "x=4,8", "--shape", "y=8,4", "--int", "x=3"],
+     "--int 'x=3': 'x' is already given by --shape 'x=4,8'"),
+])
+def test_more_bad_input_one_line_exit_2(argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err and "Traceback" not in err, err
+
+
+def test_module_classes_that_cannot_be_built(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "mods.py"
+    script.write_text("import torch\n"
+                      "class NeedsArgs(torch.nn.Module):\n"
+                      "    def __init__(self, n):\n"
+                      "        super().__init__()\n"
+                      "class Raises(torch.nn.Module):\n"
+                      "    def __init__(self):\n"
+                      "        super().__init__()\n"
+                      "        raise RuntimeError('no weights here')\n")
+    assert main(["report", f"{script}:NeedsArgs", "--shape", "x=4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing 1 required positional argument: 'n'" in err
+    assert "def make(): return NeedsArgs(...)" in err
+    assert main(["report", f"{script}:Raises", "--shape", "x=4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "RuntimeError: no weights here" in err and "mods.py:8" in err
+
+
+def test_shape_errors_while_tracing_name_the_users_line(tmp_path: pathlib.Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "shapes.py"
+    script.write_text("def bad_view(x):\n    y = x * 2\n    return y.view(3, -1)\n\n"
+                      "def bad_mm(a, b):\n    h = a + 1\n    return h @ b\n")
+    assert main(["report", f"{script}:bad_view", "--shape", "x=4,5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "shape '[3, -1]' is invalid for input of size 20" in err
+    assert "shapes.py:3  return y.view(3, -1)" in err
+    assert main(["report", f"{script}:bad_mm", "--shape", "a=2,3", "--shape", "b=4,5"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be multiplied" in err and "shapes.py:7  return h @ b" in err
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda t: t.replace("name=a,", "name=lambda,", 1), "line 1, column 26: name 'lambda' is a Python keyword"),
+    (lambda t: t.replace("name=a,", "name=None,", 1), "line 1, column 26: name 'None' is a Python keyword"),
+    (lambda t: t.replace("a = ", "None = ", 1), "line 1, column 1: output name 'None' is a Python keyword"),
+    (lambda t: t.replace("v0 = ", "lambda = ", 1), "line 3, column 1: expected an output name that is not"),
+    (lambda t: "", "holds no graph (no nodes): an empty file is not a trace"),
+    (lambda t: "# only a comment\n\n", "holds no graph"),
+])
+def test_bad_graph_files(edit: Callable[[str], str], fragment: str, tmp_path: pathlib.Path,
+                         capsys: pytest.CaptureFixture[str]) -> None:
+    t = guardsolve.trace(lambda a, b: a + b, torch.randn(4), torch.randn(4))
+    path = tmp_path / "t.gs"
+    path.write_text(edit(str(t.graph)))
+    for argv in (["report", str(path)], ["check", str(path), "--shape", "a=3", "--shape", "b=3"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and fragment in err, err
+
+
+def test_repeated_dims_and_shapes_in_check(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.gs"
+    path.write_text(str(guardsolve.trace(lambda a, b: a + b, torch.randn(4), torch.randn(4)).graph))
+    assert main(["check", str(path), "--dims", "a0=4", "--dims", "a0=5,b0=5"]) == 2
+    assert "'a0' is given twice" in capsys.readouterr().err
+    assert main(["check", str(path), "--shape", "a=4", "--shape", "a=5", "--shape", "b=5"]) == 2
+    assert "'a0' is given twice" in capsys.readouterr().err
+    assert main(["report", str(path), "--shape", "a=4"]) == 2
+    assert "is a saved graph, already traced at its shapes" in capsys.readouterr().err
+
+
+def test_value_guards_flag(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "data.py"
+    script.write_text("def f(x):\n    if x.sum() > 0:\n        return x + 1\n    return x - 1\n")
+    assert main(["report", f"{script}:f", "--shape", "x=4"]) == 2
+    assert "data.py:2" in capsys.readouterr().err
+    assert main(["report", f"{script}:f", "--shape", "x=4", "--value-guards"]) == 0
+    assert "not checkable from shapes alone" in capsys.readouterr().out
+
+
+def test_plurals_and_json_file_of_a_saved_trace(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "one.gs"
+    path.write_text(str(guardsolve.trace(lambda x: x + torch.ones(3), torch.randn(3)).graph))
+    assert main(["report", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"trace: \d+ nodes; \d+ bailouts -> 1 minimal guard\n", out), out
+    assert main(["check", str(path), "--shape", "x=3"]) == 0
+    assert capsys.readouterr().out == "ok: the 1 guard holds\n"
+    assert main(["report", str(path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {s["file"] for g in doc["guards"] for s in g["sources"]} == {str(path)}
+
+
+def test_internal_errors_are_one_line_exit_3(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import guardsolve.cli as cli
+
+    def broken(args: object) -> int:
+        raise KeyError("oops")
+
+    monkeypatch.setattr(cli, "_trace", broken)
+    monkeypatch.chdir(ROOT)
+    assert main(["trace", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error: KeyError: 'oops'" in err

@@ -91,9 +91,14 @@ def _fail(args: argparse.Namespace, message: str, status: int) -> int:
 
 
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from guardsolve.cli.targets import load
+    from guardsolve.cli.targets import TargetError, load
 
-    return load(args.target, args.shape, args.int, args.dtype, args.value_guards)
+    loaded = load(args.target, args.shape, args.int, args.dtype, args.value_guards)
+    if loaded.from_file and args.command != "check" and (args.shape or args.int):
+        flag = f"--shape {args.shape[0]}" if args.shape else f"--int {args.int[0]}"
+        raise TargetError(f"{flag}: {args.target} is a saved graph, already traced at its shapes "
+                          f"(`check` takes new shapes for it)")
+    return loaded
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -107,7 +112,8 @@ def _report(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - t0
     if args.verify:
         gs.verify(timeout_ms=args.timeout_ms)
-    gs.violations(args.dynamic)  # NOTE: validates the dim names before any output
+    if args.dynamic:
+        gs.violations(args.dynamic)  # NOTE: validates the dim names before any output
     info = ReportInfo(loaded.target, loaded.inputs, loaded.graph, seconds, args.verify, args.dynamic,
                       loaded.target if loaded.from_file else None)
     if args.format == "dot":
