@@ -76,11 +76,14 @@ def json_report(gs: GuardSet, info: ReportInfo) -> str:
         "undecided": list(gs.undecided),
     }
     if info.dynamic:
+        j = _judgement(gs, info)
         doc["dynamic"] = {
             "dims": list(info.dynamic),
-            "violations": [{"guard": v.constraint.text, "dim": v.dim, "kind": v.kind, "suggestion": v.suggestion}
-                           for v in gs.violations(info.dynamic)],
-            "dynamic_shapes": gs.export_spec(info.dynamic).source if gs.signature is not None else None,
+            "example": j.example,
+            "violations": [{"guard": v.constraint.text, "dim": v.dim, "kind": v.kind, "suggestion": v.suggestion,
+                            "fixes": list(v.fixes), "witness": v.witness, "sources": list(v.sources)}
+                           for v in j.violations],
+            "dynamic_shapes": j.spec.source if j.spec is not None else None,
         }
     return json.dumps(doc, indent=2)
 
@@ -118,12 +121,37 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
     for u in gs.undecided:
         lines.append(f"note: {u}")
     if info.dynamic:
-        lines += ["", f"# declared dynamic: {', '.join(info.dynamic)}"]
-        found = gs.violations(info.dynamic)
-        lines += [f"violation: {v}" for v in found] or ["no guard constrains them"]
-        if gs.signature is not None:
-            lines += ["", "# dynamic_shapes for torch.export.export", gs.export_spec(info.dynamic).source]
+        lines += ["", *_dynamic_lines(gs, info)]
     return "\n".join(lines)
+
+
+def _judgement(gs: GuardSet, info: ReportInfo) -> Any:
+    """The --dynamic judgement, static dims at the example the trace recorded."""
+    from guardsolve.solve.dynamic import example_dims
+
+    e = example_dims(info.trace)
+    return gs.judge_dynamic(info.dynamic, e if set(gs.dims) <= set(e) else None)
+
+
+def _dynamic_lines(gs: GuardSet, info: ReportInfo) -> list[str]:
+    from guardsolve.solve.dynamic import render_point
+
+    j = _judgement(gs, info)
+    static = [d for d in gs.dims if d not in j.dynamic]
+    where = "chosen by z3" if j.example_from_z3 else "of the example"
+    lines = [f"# declared dynamic: {', '.join(info.dynamic)}; static at the values {where}: "
+             + (", ".join(f"{d}={j.example[d]}" for d in static) or "none")]
+    for v in j.violations:
+        lines.append(f"violation: {v}")
+        lines += [f"    {s}" for s in v.sources]
+        if v.witness is not None:
+            lines.append(f"    rejected by this guard: {render_point(gs, {**j.example, **v.witness})}")
+    if not j.violations:
+        lines.append("no guard constrains them")
+    lines += [f"note: {u}" for u in j.undecided]
+    if j.spec is not None:
+        lines += ["", "# dynamic_shapes for torch.export.export", j.spec.source]
+    return lines
 
 
 def python_report(gs: GuardSet, info: ReportInfo) -> str:

@@ -1,208 +1,600 @@
-"""Declared-dynamic dims: which minimal guards constrain them, fixes in torch.export's words,
-and a `dynamic_shapes` spec for `torch.export.export` that satisfies the guards. A guard that
-torch.export's own convention implies (dynamic dims are at least 2, e.g. `a0 != 1`) needs no fix.
+"""Declared-dynamic dims judged as torch.export judges them, with fixes in its vocabulary.
+
+Dims not declared dynamic are static in torch.export: the judgement substitutes their example
+values into the minimal guards, drops what is redundant given torch.export's own convention
+(a dynamic size is at least 2), and asks z3 what the rest says about each declared dim: pinned,
+tied to another dim (the same `Dim`, or a derived one such as `2*a0 + 1`), in a residue class
+(a derived dim over a fresh `Dim`), within bounds (`Dim(min=, max=)`), or constrained in a way
+torch.export has no words for. The spec it prints is the most dynamic one its vocabulary allows.
 
 >>> import torch, guardsolve
 >>> gs = guardsolve.simplify(guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4)))
->>> for v in gs.violations(dynamic=["a0", "b0"]): print(v)
-a0 == b0: a0 and b0 must be equal: use one Dim for both
->>> print(export_spec(gs, ["a0", "b0"]).source)
+>>> for v in gs.violations(["a0", "b0"], example={"a0": 4, "b0": 4}): print(v)
+a0 == b0: [equal] a0 and b0 must be equal: use one Dim for both (b0 = a0)
+>>> print(gs.export_spec(["a0", "b0"], example={"a0": 4, "b0": 4}).source)
 from torch.export import Dim
-a0 = Dim("a0", min=2)
-dynamic_shapes = {"a": {0: a0}, "b": {0: a0}}
+a0 = Dim("a0")
+b0 = a0
+dynamic_shapes = {"a": {0: a0}, "b": {0: b0}}
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Mapping, Sequence
+
+import z3
 
 from guardsolve.errors import InputMismatchError
-from guardsolve.guards.expr import Div, Rel
-from guardsolve.solve.constraint import Constraint
+from guardsolve.guards.expr import FALSE, TRUE, Formula, Poly, Rel, conjuncts, substitute
+from guardsolve.ir.ops import Op
+from guardsolve.solve.constraint import Constraint, DimOrder, render_formula
+from guardsolve.solve.smt import formula_to_z3, reduce_component, z3_vars
+
+MIN_DYNAMIC = 2  # torch.export specializes sizes 0 and 1 and assumes every dynamic size is >= 2
+TIMEOUT_MS = 2000
+FAR = 2 ** 40  # NOTE: a value this large that the guards accept counts as "no upper bound"
 
 
 @dataclass(frozen=True)
 class Violation:
-    """A minimal guard that constrains a declared-dynamic dim, with a suggested fix."""
+    """A minimal guard (static dims substituted) that constrains declared-dynamic dims."""
 
-    constraint: Constraint
-    dim: str
-    kind: str  # static | equal | bound | divisible | excluded | general
+    constraint: Constraint  # over declared dims; `prov` are the original guard nodes
+    dim: str  # the dim the fix is about
+    kind: str  # static | equal | derived | bound | divisible | excluded | general
     suggestion: str
+    fixes: tuple[str, ...] = ()  # torch.export's words: `x1 = 3`, `x2 = 2*_x2`, `_x2 = Dim(...)`
+    witness: dict[str, int] | None = None  # declared dims of an input rejected without the fix
+    sources: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        return f"{self.constraint.text}: {self.suggestion}"
+        return f"{self.constraint.text}: [{self.kind}] {self.suggestion}"
 
 
-def _mod_of(c: Constraint) -> tuple[str, int] | None:
-    """`x % m == 0` -> (x, m)."""
-    f = c.formula
-    if not (isinstance(f, Rel) and f.op == "eq" and len(f.poly.terms) == 1):
-        return None
-    (m, coef), = f.poly.terms
-    if len(m) != 1 or not isinstance(m[0], Div) or m[0].kind != "mod":
-        return None
-    d = m[0]
-    num = d.num.nonconst()
-    if d.num.constant or len(num) != 1 or not d.den.is_const():
-        return None
-    (mono, k), = num.items()
-    if k != 1 or len(mono) != 1 or not isinstance(mono[0], str):
-        return None
-    return mono[0], d.den.constant
+@dataclass(frozen=True)
+class Member:
+    """A declared dim as torch.export sees it: `coef * root + offset`, or static (root None)."""
 
+    root: str | None
+    coef: int
+    offset: int
 
-def _bound(c: Constraint) -> tuple[str, str, int] | None:
-    """An order constraint against a constant -> (dim, "min"|"max", value)."""
-    if c.kind != "order" or len(c.dims) != 1:
-        return None
-    p = c.formula.poly  # type: ignore[union-attr]
-    coef = p.nonconst()[(c.dims[0],)]
-    return (c.dims[0], "max", -p.constant) if coef == 1 else (c.dims[0], "min", p.constant)
-
-
-def classify(c: Constraint, d: str) -> tuple[str, str]:
-    """(kind, suggestion) for constraint `c` as it bears on dynamic dim `d`."""
-    if c.kind == "eq" and len(c.dims) == 1:
-        value = -c.formula.poly.constant  # type: ignore[union-attr]
-        return "static", f"{d} is pinned to {value}: mark it static (drop it from dynamic_shapes)"
-    if c.kind == "eq":
-        other = next(x for x in c.dims if x != d)
-        if " + " in c.text or " - " in c.text:
-            return "equal", f"{c.text} relates them by an offset: use a derived Dim ({c.text.split(' == ')[1]})"
-        return "equal", f"{d} and {other} must be equal: use one Dim for both"
-    b = _bound(c)
-    if b is not None:
-        _, side, value = b
-        return "bound", f"{d} needs {side}={value}: Dim(\"{d}\", {side}={value})"
-    mod = _mod_of(c)
-    if mod is not None:
-        return "divisible", f"{d} must be a multiple of {mod[1]}: a derived dim {mod[1]}*k (k = Dim(\"k\"))"
-    if c.kind == "ne" and len(c.dims) == 1:
-        value = int(c.text.split(" != ")[1])
-        hint = f"Dim(\"{d}\", min={value + 1}) satisfies it" + (" (and also excludes 0)" if value == 1 else "")
-        return "excluded", f"{d} != {value} excludes one size: torch.export cannot say \"!= {value}\"; {hint}"
-    return "general", f"a relation too general for torch.export's Dim (it cannot express `{c.text}`)"
-
-
-def _by_convention(c: Constraint, dynamic: set[str]) -> bool:
-    """Does torch.export's own convention imply the guard? It assumes every dynamic dim is at
-    least 2 (its 0/1 specialization), so `x0 >= 2` or `x0 != 1` on a dynamic size need no fix.
-    """
-    import z3
-
-    from guardsolve.solve.smt import formula_to_z3, z3_vars
-
-    var = z3_vars(z3.Context())
-    s = z3.Solver(ctx=var.ctx)
-    s.set("timeout", 1000)
-    for d in c.dims:
-        s.add(var(d) >= (2 if d in dynamic else 0))
-    s.add(z3.Not(formula_to_z3(c.formula, var)))
-    return s.check() == z3.unsat
-
-
-def violations(constraints: Iterable[Constraint], known: Iterable[str], dynamic: Iterable[str]) -> list[Violation]:
-    dims = list(known)
-    want = list(dynamic)
-    bad = [d for d in want if d not in dims]
-    if bad:
-        raise InputMismatchError(f"unknown dim {bad[0]!r} in dynamic (known: {', '.join(dims)})")
-    out = []
-    for c in constraints:
-        if any(d in c.dims for d in want) and _by_convention(c, set(want)):
-            continue
-        for d in want:
-            if d in c.dims:
-                kind, text = classify(c, d)
-                out.append(Violation(c, d, kind, text))
-                break
-    return out
+    def render(self) -> str:
+        if self.root is None:
+            return str(self.offset)
+        text = self.root if self.coef == 1 else f"{self.coef}*{self.root}"
+        return text if self.offset == 0 else f"{text} + {self.offset}"
 
 
 @dataclass
 class ExportSpec:
-    """A `dynamic_shapes` spec as source code, and as live `torch.export.Dim` objects."""
+    """A `dynamic_shapes` spec as source code, as live `torch.export.Dim` objects, and as data."""
 
     source: str
     spec: dict[str, Any] = field(default_factory=dict)
+    dims: dict[str, Member] = field(default_factory=dict)  # every declared dim
+    roots: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)  # Dim name -> (min, max)
 
 
-def export_spec(gs: Any, dynamic: Iterable[str]) -> ExportSpec:
-    """A spec satisfying the minimal guards: shared Dims for equal dims, bounds, multiples.
+@dataclass
+class Judgement:
+    """What torch.export makes of the declared dims, given the example values of the static ones."""
 
-    Pinned dims stay static; relations a Dim cannot express keep the dim static too.
+    dynamic: tuple[str, ...]
+    example: dict[str, int]
+    example_from_z3: bool
+    violations: list[Violation]
+    spec: ExportSpec | None
+    undecided: list[str] = field(default_factory=list)
+
+
+# -- the example point ----------------------------------------------------------------------
+
+def example_dims(graph: Any) -> dict[str, int]:
+    """The example dims recorded in a tensor trace (placeholder shapes, int arguments)."""
+    sig = {p.name: p for p in graph.meta.get("signature") or ()}
+    out: dict[str, int] = {}
+    for n in graph.nodes:
+        if n.op is Op.VAR_PLACEHOLDER and n.params.get("shape") is not None and n.params["name"] in sig:
+            out.update(zip(sig[n.params["name"]].dims, (int(v) for v in n.params["shape"])))
+        elif n.op is Op.INT_ARG and "val" in n.params:
+            out[n.params["name"]] = int(n.params["val"])
+    return out
+
+
+def render_point(gs: Any, point: Mapping[str, int]) -> str:
+    """Dims as the inputs they shape: `x=[4, 3, 17, 16]` (dims by name without a signature)."""
+    if gs.signature is None:
+        return ", ".join(f"{d}={v}" for d, v in point.items())
+    return ", ".join(f"{p.name}=[{', '.join(str(point[d]) for d in p.dims)}]" if p.kind == "tensor"
+                     else f"{p.name}={point[p.name]}" for p in gs.signature)
+
+
+def _example(gs: Any, dynamic: Sequence[str], example: Any) -> tuple[dict[str, int], bool]:
+    if example is not None and not isinstance(example, Mapping):
+        dims = gs.input_dims(*example)
+        if dims is None:
+            raise InputMismatchError("the example inputs do not fit the traced signature")
+        example = dims
+    if example is not None:
+        missing = [d for d in gs.dims if d not in example]
+        if missing:
+            raise InputMismatchError(f"the example has no value for {', '.join(missing)}")
+        e = {d: int(example[d]) for d in gs.dims}
+        bad = gs.first_failure(e)
+        if bad is not None:
+            raise InputMismatchError(f"the example does not satisfy the guard {bad.text}")
+        return e, False
+    # NOTE: without an example any accepted point will do; prefer one torch.export can trace.
+    ctx = z3.Context()
+    var = z3_vars(ctx)
+    for floor in (MIN_DYNAMIC, 0):
+        s = z3.Solver(ctx=ctx)
+        s.set("timeout", TIMEOUT_MS)
+        s.add(gs.to_z3(ctx), *[var(d) >= (floor if d in dynamic else 0) for d in gs.dims if d in gs.sizes])
+        if s.check() == z3.sat:
+            m = s.model()
+            return {d: m.eval(var(d), model_completion=True).as_long() for d in gs.dims}, True
+    raise InputMismatchError("no example given, and z3 found no input the guards accept")
+
+
+# -- z3 questions ---------------------------------------------------------------------------
+
+UNKNOWN: dict[str, int] = {}  # NOTE: the answer when z3 cannot tell; callers treat it as "maybe"
+
+
+class _Ask:
+    """One solver over some facts and the convention; each question pushes and pops."""
+
+    def __init__(self, formulas: Sequence[Formula], dyn: Sequence[str], timeout_ms: int, ctx: z3.Context | None = None):
+        self.ctx = ctx if ctx is not None else z3.Context()
+        self.var = z3_vars(self.ctx)
+        self.timeout_ms = timeout_ms
+        self.s = z3.Solver(ctx=self.ctx)
+        self.s.set("timeout", timeout_ms)
+        self.s.add(*[formula_to_z3(f, self.var) for f in formulas], *[self.var(d) >= MIN_DYNAMIC for d in dyn])
+        self.undecided: list[str] = []
+
+    def z(self, f: Formula) -> z3.BoolRef:
+        return formula_to_z3(f, self.var)
+
+    def model(self, *extra: Any, what: str = "") -> dict[str, int] | None:
+        """A point satisfying the facts and `extra`: None when there is none, `UNKNOWN` when z3
+        cannot tell (compare with `is`)."""
+        self.s.push()
+        self.s.add(*extra)
+        r = self.s.check()
+        out: dict[str, int] | None = None
+        if r == z3.sat:
+            m = self.s.model()
+            out = {str(d): m[d].as_long() for d in m.decls() if z3.is_int_value(m[d])}
+        elif r == z3.unknown:
+            out = UNKNOWN
+            if what:
+                self.undecided.append(f"{what}: {self.s.reason_unknown()}")
+        self.s.pop()
+        return out
+
+    def implies(self, goal: Any) -> bool:
+        """Do the facts imply `goal`? False when z3 cannot tell."""
+        return self.model(z3.Not(goal)) is None
+
+    def value(self, t: Any, model: dict[str, int], default: int) -> int:
+        """The value of expression `t` in a model."""
+        if model is UNKNOWN:
+            return default
+        v = z3.simplify(z3.substitute(t, *[(self.var(k), z3.IntVal(v, self.ctx)) for k, v in model.items()]))
+        return v.as_long() if z3.is_int_value(v) else default
+
+
+def _lowest(ask: _Ask, t: Any, start: int, floor: int, extra: Sequence[Any] = ()) -> int:
+    """The least value of `t` with a model at or above `floor`, given `start` has one.
+
+    Undecided questions count as "has a model", so the answer errs low (a wider range).
     """
+    lo, hi = floor, start  # some model may have t == hi; none has t < lo
+    while lo < hi:
+        mid = (lo + hi) // 2
+        m = ask.model(t <= mid, t >= lo, *extra)
+        if m is None:
+            lo = mid + 1
+        else:
+            hi = min(mid, ask.value(t, m, mid))
+    return hi
+
+
+def _highest(ask: _Ask, t: Any, start: int, extra: Sequence[Any] = ()) -> int | None:
+    """The greatest value of `t` with a model, or None when values beyond `FAR` have one.
+
+    Undecided questions count as "has a model", so the answer errs high (a wider range).
+    """
+    if ask.model(t >= FAR, *extra) is not None:
+        return None
+    lo, hi = start, FAR  # some model may have t == lo; none has t >= hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        m = ask.model(t >= mid, t < hi, *extra)
+        if m is None:
+            hi = mid
+        else:
+            lo = max(mid, ask.value(t, m, mid))
+    return lo
+
+
+# -- the judgement --------------------------------------------------------------------------
+
+@dataclass
+class _Class:
+    """Declared dims tied by affine equalities: member = coef * root + offset."""
+
+    root: str
+    members: dict[str, tuple[int, int]]
+    stride: int = 1  # the root is `stride * t + residue` on every accepted input
+    residue: int = 0
+    lo: int = MIN_DYNAMIC  # range of the root
+    hi: int | None = None
+
+
+def _linear(f: Formula) -> dict[str, int] | None:
+    """`sum(c*d) + k == 0` over plain dims -> {d: c, "": k}; None otherwise."""
+    if not isinstance(f, Rel) or f.op != "eq":
+        return None
+    out = {"": f.poly.constant}
+    for m, c in f.poly.nonconst().items():
+        if len(m) != 1 or not isinstance(m[0], str):
+            return None
+        out[m[0]] = c
+    return out
+
+
+def _kind(f: Formula) -> str:
+    lin = _linear(f)
+    if lin is not None and len(lin) <= 3:
+        return "eq"
+    if isinstance(f, Rel) and len(f.dims()) <= 2 and all(len(m) == 1 and isinstance(m[0], str) and abs(c) == 1
+                                                         for m, c in f.poly.nonconst().items()):
+        return "order" if f.op == "le" else "ne"
+    return "general"
+
+
+def _classes(formulas: Sequence[Formula], dyn: Sequence[str], order: DimOrder) -> tuple[dict[str, _Class], dict[str, str], set[int]]:
+    """Merge classes along two-dim linear equalities with a positive integer slope.
+
+    Returns the classes by root, each dim's root, and the indices of the equalities merged.
+    """
+    of = {d: d for d in dyn}
+    classes = {d: _Class(d, {d: (1, 0)}) for d in dyn}
+    merged: set[int] = set()
+    for i, f in enumerate(formulas):
+        lin = _linear(f)
+        if lin is None or len(lin) != 3:
+            continue
+        x, y = (d for d in lin if d)
+        cx, cy = classes[of[x]], classes[of[y]]
+        if cx is cy:
+            continue
+        (ax, bx), (ay, by) = cx.members[x], cy.members[y]
+        # lin[x]*(ax*rx + bx) + lin[y]*(ay*ry + by) + k == 0
+        a, b, c = lin[x] * ax, lin[y] * ay, lin[x] * bx + lin[y] * by + lin[""]
+        for keep, gone, p, q in ((cx, cy, a, b), (cy, cx, b, a)):
+            # gone.root = (-p * keep.root - c) / q, an integer affine map with a positive slope
+            if (-p) % q == 0 and (-c) % q == 0 and -p // q > 0:
+                s, o = -p // q, -c // q
+                for d, (k, off) in gone.members.items():
+                    keep.members[d] = (k * s, k * o + off)
+                    of[d] = keep.root
+                del classes[gone.root]
+                merged.add(i)
+                break
+    for k in classes.values():
+        k.members = dict(sorted(k.members.items(), key=lambda kv: order.key(kv[0])))
+    return classes, of, merged
+
+
+def judge(gs: Any, dynamic: Sequence[str], example: Any = None, timeout_ms: int = TIMEOUT_MS) -> Judgement:
+    """The judgement behind `GuardSet.violations` and `GuardSet.export_spec`."""
+    dynamic = tuple(dict.fromkeys(dynamic))
+    bad = [d for d in dynamic if d not in gs.dims]
+    if bad:
+        raise InputMismatchError(f"unknown dim {bad[0]!r} in dynamic (known: {', '.join(gs.dims)})")
+    ints = [d for d in dynamic if d not in gs.sizes]
+    if ints:
+        raise InputMismatchError(f"dynamic takes tensor dims; {ints[0]!r} is an int argument")
+    e, from_z3 = _example(gs, dynamic, example)
+    order = _order(gs)
+    out: list[Violation] = []
+    undecided: list[str] = []
+    for d in dynamic:
+        if e[d] < MIN_DYNAMIC:
+            c = Constraint("eq", Rel("eq", Poly.var(d) - Poly.const(e[d])), f"{d} == {e[d]}", frozenset(), (d,))
+            out.append(Violation(c, d, "static", f"the example has {d} = {e[d]}, and torch.export specializes "
+                                 "sizes 0 and 1: mark it static, or trace an example of at least 2", (f"{d} = {e[d]}",)))
+    dyn = [d for d in dynamic if e[d] >= MIN_DYNAMIC]
+    while True:
+        formulas, provs = _substituted(gs, {d: v for d, v in e.items() if d not in dyn}, dyn, order, timeout_ms)
+        ask = _Ask(formulas, dyn, timeout_ms)
+        classes, of, merged = _classes(formulas, dyn, order)
+        pinned = [k for k in classes.values()
+                  if ask.model(ask.var(k.root) != e[k.root], what=f"is {k.root} pinned?") is None]
+        undecided += ask.undecided
+        if not pinned:
+            break
+        for k in pinned:
+            out += _pin_violations(gs, formulas, provs, k, e, order, ask, dyn)
+            dyn = [d for d in dyn if d not in k.members]
+    out += _judge_free(gs, formulas, provs, classes, merged, e, order, ask, dyn)
+    undecided += ask.undecided
+    spec = _spec(gs, dynamic, classes, e) if gs.signature is not None else None
+    return Judgement(dynamic, e, from_z3, out, spec, undecided)
+
+
+def _order(gs: Any) -> DimOrder:
+    """Dims in the order of the traced signature (then any others)."""
+    first = [d for p in gs.signature or () for d in p.dims]
+    return DimOrder(first + [d for d in gs.dims if d not in first])
+
+
+def _substituted(gs: Any, static: dict[str, int], dyn: Sequence[str], order: DimOrder,
+                 timeout_ms: int) -> tuple[list[Formula], list[frozenset[int]]]:
+    """The guards with static dims replaced by their values, minus those the rest implies."""
+    def s(d: str) -> Poly:
+        return Poly.const(static[d]) if d in static else Poly.var(d)
+
+    found: dict[Formula, set[int]] = {}
+    for c in gs:
+        f = substitute(c.formula, s) if set(c.dims) & set(static) else c.formula
+        assert f != FALSE, "the example satisfies every guard"
+        for part in conjuncts(f):
+            if part != TRUE:
+                found.setdefault(part, set()).update(c.prov)
+    # NOTE: removal is tried on the longest texts first, so of two equivalent guards the
+    # simpler one survives (as in simplify).
+    items = sorted(found, key=lambda f: -len(render_formula(f, order)))
+    conv = [Rel("le", Poly.const(MIN_DYNAMIC) - Poly.var(d)) for d in dyn]
+    labels = [render_formula(f, order) for f in items]
+
+    def unsat(idx: list[int]) -> Exception:
+        return InputMismatchError(f"the guards contradict torch.export's sizes >= 2: {', '.join(labels[i] for i in idx)}")
+
+    if not items:
+        return [], []
+    red = reduce_component(items, set(dyn), timeout_ms, labels, unsat, conv)
+    kept = [items[i] for i in red.kept]
+    return kept, [frozenset(found[f]) for f in kept]
+
+
+def _constraint(f: Formula, prov: frozenset[int], order: DimOrder) -> Constraint:
+    return Constraint(_kind(f), f, render_formula(f, order), prov, tuple(sorted(f.dims(), key=order.key)))
+
+
+def _sources(gs: Any, prov: frozenset[int]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(gs._origin(i) for i in sorted(prov)))
+
+
+def _witness(ask: _Ask, formulas: Sequence[Formula], i: int, e: Mapping[str, int], dyn: Sequence[str]) -> dict[str, int] | None:
+    """An input the other guards accept and guard `i` rejects: one dim off the example when possible."""
+    s = z3.Solver(ctx=ask.ctx)
+    s.set("timeout", ask.timeout_ms)
+    s.add(*[ask.z(f) for j, f in enumerate(formulas) if j != i], *[ask.var(d) >= MIN_DYNAMIC for d in dyn],
+          z3.Not(ask.z(formulas[i])))
+    own = sorted(formulas[i].dims())
+    tries = [[d for d in dyn if d != x] for x in reversed(own)] + [[d for d in dyn if d not in own], []]
+    for keep in tries:
+        if s.check(*[ask.var(d) == e[d] for d in keep]) == z3.sat:
+            m = s.model()
+            return {d: m.eval(ask.var(d), model_completion=True).as_long() for d in dyn}
+    return None
+
+
+def _pin_violations(gs: Any, formulas: Sequence[Formula], provs: Sequence[frozenset[int]], k: _Class,
+                    e: Mapping[str, int], order: DimOrder, ask: _Ask, dyn: Sequence[str]) -> list[Violation]:
+    """The guards that pin class `k` (those over its members only, else all that mention it)."""
+    members = set(k.members)
+    idx = [i for i, f in enumerate(formulas) if f.dims() and f.dims() <= members] or \
+          [i for i, f in enumerate(formulas) if f.dims() & members]
+    out = []
+    for i in idx:
+        d = min(formulas[i].dims() & members, key=order.key)
+        fixes = tuple(f"{m} = {e[m]}" for m in sorted(formulas[i].dims() & members, key=order.key))
+        out.append(Violation(_constraint(formulas[i], provs[i], order), d, "static",
+                             f"{d} is pinned to {e[d]}: mark it static ({', '.join(fixes)})", fixes,
+                             _witness(ask, formulas, i, e, dyn), _sources(gs, provs[i])))
+    return out
+
+
+def _stride(ask: _Ask, k: _Class, e: Mapping[str, int]) -> int:
+    """The greatest g with `root % g` the same on every accepted input: the gcd of the differences
+    of accepted values from the example's, each new value found by z3 (1 when undecided)."""
+    t, v, g = ask.var(k.root), e[k.root], 0
+    while g != 1:
+        m = ask.model(t != v if g == 0 else (t - v) % g != 0, what=f"the residues of {k.root}")
+        if m is None:
+            break
+        if m is UNKNOWN:
+            return 1
+        g = math.gcd(g, abs(ask.value(t, m, v + 1) - v))
+    return max(g, 1)
+
+
+def _facts(ask: _Ask, classes: Mapping[str, _Class]) -> list[Any]:
+    """What the spec says, as z3 facts: member relations, residues, ranges."""
+    out = []
+    for k in classes.values():
+        r = ask.var(k.root)
+        out += [ask.var(m) == a * r + b for m, (a, b) in k.members.items() if m != k.root]
+        if k.stride > 1:
+            out.append((r - k.residue) % k.stride == 0)
+        out.append(r >= k.lo)
+        if k.hi is not None:
+            out.append(r <= k.hi)
+    return out
+
+
+def _narrow(sp: _Ask, k: _Class, bad: Any, e: Mapping[str, int]) -> None:
+    """Shrink the range of `k` to the widest interval around the example where `bad` never holds."""
+    r, v = sp.var(k.root), e[k.root]
+    m = sp.model(r < v, bad)
+    if m is not None:
+        below = _highest(sp, r, sp.value(r, m, k.lo), [r < v, bad])
+        k.lo = v if below is None or m is UNKNOWN else below + 1
+    m = sp.model(r > v, bad)
+    if m is not None:
+        k.hi = v if m is UNKNOWN else _lowest(sp, r, sp.value(r, m, v + 1), v + 1, [bad]) - 1
+
+
+def _judge_free(gs: Any, formulas: Sequence[Formula], provs: Sequence[frozenset[int]], classes: dict[str, _Class],
+                merged: set[int], e: Mapping[str, int], order: DimOrder, ask: _Ask, dyn: Sequence[str]) -> list[Violation]:
+    """Strides and ranges for each class (lossless: implied by the guards), then each guard
+    judged by whether the spec implies it."""
+    of = {m: k for k in classes.values() for m in k.members}
+    for k in classes.values():
+        k.stride = _stride(ask, k, e)
+        k.residue = e[k.root] % k.stride
+        r = ask.var(k.root)
+        k.lo = _lowest(ask, r, e[k.root], MIN_DYNAMIC)
+        k.hi = _highest(ask, r, e[k.root])
+
+    def spec_solver() -> _Ask:
+        sp = _Ask([], dyn, ask.timeout_ms, ask.ctx)
+        sp.s.add(*_facts(sp, classes))
+        return sp
+
+    sp = spec_solver()
+    expressed = [sp.implies(ask.z(f)) for f in formulas]
+    for k in classes.values():
+        left = [ask.z(f) for i, f in enumerate(formulas) if not expressed[i] and f.dims() <= set(k.members)]
+        if left:
+            # NOTE: torch.export has no words for a hole in a range; keep the example's interval.
+            _narrow(sp, k, z3.Not(z3.And(left)), e)
+    sp = spec_solver()
+    out = []
+    for i, f in enumerate(formulas):
+        ks = {of[d].root: of[d] for d in sorted(f.dims(), key=order.key)}
+        dims = sorted(f.dims(), key=order.key)
+        c = _constraint(f, provs[i], order)
+        wit = _witness(ask, formulas, i, e, dyn)
+        src = _sources(gs, provs[i])
+        if i in merged:
+            k = next(iter(ks.values()))
+            tied = [d for d in dims if d != _layout(k, set())[0]] or dims[1:]
+            lines = tuple(_member_line(k, d) for d in tied)
+            slopes = {k.members[d][0] for d in dims}
+            kind = "equal" if len(slopes) == 1 else "derived"
+            text = (f"{' and '.join(dims)} must be equal: use one Dim for both" if kind == "equal" and
+                    len({k.members[d][1] for d in dims}) == 1 else f"{dims[0]} and {dims[1]} are related: a derived dim")
+            out.append(Violation(c, tied[0], kind, f"{text} ({'; '.join(lines)})", lines, wit, src))
+            continue
+        lines = tuple(line for k in ks.values() for line in _class_lines(k))
+        if len(ks) == 1 and expressed[i]:
+            k = next(iter(ks.values()))
+            plain = _Ask([], dyn, ask.timeout_ms, ask.ctx)
+            plain.s.add(*[x for x in _facts(plain, {k.root: k}) if not _is_residue(x, k)])
+            kind = "bound" if plain.implies(ask.z(f)) else "divisible"
+            what = (f"{dims[0]} must be {k.stride}*n + {k.residue}" if k.residue else f"{dims[0]} must be a multiple of {k.stride}") \
+                if kind == "divisible" else f"{dims[0]} needs {_range_text(k)}"
+            out.append(Violation(c, dims[0], kind, f"{what}: {'; '.join(lines)}", lines, wit, src))
+        elif len(ks) > 1 and sp.implies(ask.z(f)):
+            out.append(Violation(c, dims[0], "bound", f"the ranges imply it: {'; '.join(lines)}", lines, wit, src))
+        elif len(ks) == 1:
+            k = next(iter(ks.values()))
+            out.append(Violation(c, dims[0], "excluded", f"torch.export cannot exclude values inside a range; "
+                                 f"{_range_text(k)} keeps the example ({'; '.join(lines)}) and drops the rest", lines, wit, src))
+        else:
+            ranged = tuple(line for k in ks.values() if k.lo > MIN_DYNAMIC or k.hi is not None for line in _class_lines(k))
+            hint = f"; it implies {'; '.join(ranged)}" if ranged else ""
+            change = _static_change(sp, f, dims, e, of)
+            out.append(Violation(c, dims[0], "general", "no torch.export vocabulary for this relation; torch.export "
+                                 f"checks it when the exported program runs{hint}{change}", ranged, wit, src))
+    return sorted(out, key=lambda v: v.constraint.sort_key(order))
+
+
+def _is_residue(x: Any, k: _Class) -> bool:
+    return k.stride > 1 and z3.is_eq(x) and z3.is_app_of(x.arg(0), z3.Z3_OP_MOD)
+
+
+def _static_change(sp: _Ask, f: Formula, dims: Sequence[str], e: Mapping[str, int], of: Mapping[str, _Class]) -> str:
+    """The first dim of `f` whose example value, made static, satisfies `f` or leaves one class."""
+    for d in dims:
+        if sp.model(sp.var(d) == e[d], z3.Not(formula_to_z3(f, sp.var))) is None:
+            return f"; marking {d} static ({d} = {e[d]}) would satisfy it"
+    for d in dims:
+        rest = {of[x].root for x in dims if x != d and x not in of[d].members}
+        if len(rest) == 1:
+            return f"; marking {d} static ({d} = {e[d]}) leaves a condition on {', '.join(x for x in dims if x != d)} alone"
+    return ""
+
+
+def _range_text(k: _Class) -> str:
+    parts = [f"min={k.lo}"] + ([f"max={k.hi}"] if k.hi is not None else [])
+    return f"{k.root} in [{k.lo}, {k.hi if k.hi is not None else 'oo'}]" if parts else ""
+
+
+# -- the spec -------------------------------------------------------------------------------
+
+def _layout(k: _Class, taken: set[str]) -> tuple[str, int | None, int | None, dict[str, tuple[int, int]]]:
+    """The class as torch.export writes it: (root Dim name, its min, its max, member -> (coef, offset)).
+
+    The root is `t` with `k.root = stride*t + residue`, shifted so that every offset is >= 0.
+    """
+    members = {m: (a * k.stride, a * k.residue + b) for m, (a, b) in k.members.items()}
+    shift = min(b // a for a, b in members.values())
+    members = {m: (a, b - a * shift) for m, (a, b) in members.items()}
+    lo = -((k.residue - k.lo) // k.stride) + shift
+    hi = (k.hi - k.residue) // k.stride + shift if k.hi is not None else None
+    named = [m for m, ab in members.items() if ab == (1, 0)]
+    if named:
+        return named[0], (lo if lo > MIN_DYNAMIC else None), hi, members
+    name = f"_{next(iter(k.members))}"
+    while name in taken:
+        name = "_" + name
+    return name, lo, hi, members
+
+
+def _dim_line(name: str, lo: int | None, hi: int | None) -> str:
+    return f"{name} = Dim(\"{name}\"" + (f", min={lo}" if lo is not None else "") + (f", max={hi}" if hi is not None else "") + ")"
+
+
+def _class_lines(k: _Class) -> list[str]:
+    """torch.export's words for a class: its root `Dim` line (when not the default) and members."""
+    name, lo, hi, members = _layout(k, set())
+    lines = [_dim_line(name, lo, hi)] if (lo is not None or hi is not None or name not in members) else []
+    return lines + [f"{m} = {Member(name, a, b).render()}" for m, (a, b) in members.items() if m != name]
+
+
+def _member_line(k: _Class, d: str) -> str:
+    name, _, _, members = _layout(k, set())
+    a, b = members[d]
+    return f"{d} = {Member(name, a, b).render()}"
+
+
+def _spec(gs: Any, dynamic: Sequence[str], classes: Mapping[str, _Class], e: Mapping[str, int]) -> ExportSpec:
     import torch.export
 
-    want = set(dynamic)
-    if gs.signature is None:
-        raise InputMismatchError("a dynamic_shapes spec needs the traced signature (trace a function, not a guard file)")
-    known = [d for p in gs.signature for d in p.dims if p.kind == "tensor"]
-    bad = [d for d in want if d not in known]
-    if bad:
-        raise InputMismatchError(f"unknown dim {bad[0]!r} in dynamic (known: {', '.join(known)})")
-    static: set[str] = set()
-    alias: dict[str, tuple[str, int]] = {}  # member -> (rep, offset)
-    lo: dict[str, int] = {}
-    hi: dict[str, int] = {}
-    mult: dict[str, int] = {}
-    for c in gs:
-        if c.kind == "eq" and len(c.dims) == 1:
-            static.add(c.dims[0])
-        elif c.kind == "eq":
-            rep, member = c.dims
-            k = -c.formula.poly.constant if c.formula.poly.nonconst().get((member,)) == 1 else c.formula.poly.constant
-            alias[member] = (rep, k)
-        elif _bound(c) is not None:
-            d, side, v = _bound(c)  # type: ignore[misc]
-            (lo if side == "min" else hi)[d] = v
-        elif _mod_of(c) is not None:
-            d, m = _mod_of(c)  # type: ignore[misc]
-            mult[d] = m
-        elif c.kind == "ne" and len(c.dims) == 1 and int(c.text.split(" != ")[1]) >= 0:
-            # NOTE: Dim cannot skip one value; a min above it is stricter but satisfies the guard.
-            lo[c.dims[0]] = max(lo.get(c.dims[0], 0), int(c.text.split(" != ")[1]) + 1)
-        else:
-            static.update(c.dims)  # NOTE: Dim cannot express it; keep these dims static
-    classes: dict[str, dict[str, int]] = {}
-    for d in known:
-        rep, k = alias.get(d, (d, 0))
-        classes.setdefault(rep, {})[d] = k
     lines = ["from torch.export import Dim"]
-    exprs: dict[str, str] = {}
-    for rep, members in classes.items():
-        if rep in static or not (set(members) & want):
-            continue
-        # NOTE: name the class after its smallest member, so every other one is `base + k` with
-        # k > 0 (torch.export needs a max on the root of a negative offset).
-        base_k = min(members.values()) if rep not in mult else 0
-        base = next(m for m, k in members.items() if k == base_k)
-        bounds = {"min": lo[rep] + base_k if rep in lo else None, "max": hi[rep] + base_k if rep in hi else None}
-        if rep in mult:
-            m = mult[rep]
-            kb = {"min": -(-bounds["min"] // m) if bounds["min"] is not None else None,
-                  "max": bounds["max"] // m if bounds["max"] is not None else None}
-            lines.append(f"_{base}_k = Dim(\"_{base}_k\"" + "".join(f", {s}={v}" for s, v in kb.items() if v is not None) + ")")
-            lines.append(f"{base} = {m} * _{base}_k")
-        else:
-            lines.append(f"{base} = Dim(\"{base}\"" + "".join(f", {s}={v}" for s, v in bounds.items() if v is not None) + ")")
-        for member, k in members.items():
-            off = k - base_k
-            if off < 0:
-                continue  # NOTE: only with a multiple-of root; that member stays static
-            exprs[member] = base if off == 0 else f"{base} + {off}"
-
+    dims: dict[str, Member] = {}
+    roots: dict[str, tuple[int | None, int | None]] = {}
+    taken = set(gs.dims)
+    order = _order(gs)
+    for k in sorted(classes.values(), key=lambda k: order.key(k.root)):
+        name, lo, hi, members = _layout(k, taken)
+        taken.add(name)
+        roots[name] = (lo, hi)
+        lines.append(_dim_line(name, lo, hi))
+        for m in sorted(members, key=order.key):
+            dims[m] = Member(name, *members[m])
+            if m != name:
+                lines.append(f"{m} = {dims[m].render()}")
+    for d in dynamic:
+        dims.setdefault(d, Member(None, 1, e[d]))
     entries = []
     for p in gs.signature:
-        if p.kind != "tensor":
-            continue
-        dims = {i: exprs[d] for i, d in enumerate(p.dims) if d in exprs}
-        entries.append(f"\"{p.name}\": {{" + ", ".join(f"{i}: {e}" for i, e in dims.items()) + "}" if dims
+        free = {i: d for i, d in enumerate(p.dims) if p.kind == "tensor" and dims.get(d, Member(None, 1, 0)).root}
+        entries.append(f"\"{p.name}\": {{" + ", ".join(f"{i}: {d}" for i, d in free.items()) + "}" if free
                        else f"\"{p.name}\": None")
     lines.append("dynamic_shapes = {" + ", ".join(entries) + "}")
     source = "\n".join(lines)
     ns: dict[str, Any] = {"Dim": torch.export.Dim}
     exec(source.split("\n", 1)[1], ns)
-    return ExportSpec(source, ns["dynamic_shapes"])
+    return ExportSpec(source, ns["dynamic_shapes"], {d: dims[d] for d in dynamic}, roots)
