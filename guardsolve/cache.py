@@ -48,7 +48,7 @@ from guardsolve.errors import GuardFailure
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
 from guardsolve.trace.replay import compile_replay
-from guardsolve.trace.static import StaticGuard, is_static_value, value_guard
+from guardsolve.trace.static import StaticGuard, is_static_value, state_guards, value_guard
 from guardsolve.trace.tracer import Trace, is_traced, trace, tracing
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -178,8 +178,10 @@ class GuardedFunction:
         except (TypeError, ValueError):
             self._sig = None
         params = list(self._sig.parameters.values()) if self._sig is not None else []
-        # NOTE: the common call (every parameter passed positionally) binds without inspect
-        self._plain = tuple(p.name for p in params) if params and all(p.kind in _POSITIONAL for p in params) else None
+        # NOTE: the common call (the first k parameters passed positionally) binds without
+        # inspect; `_leading[k]` is one tuple per k, so entries compare names by identity
+        lead = list(itertools.takewhile(lambda p: p.kind in _POSITIONAL, params))
+        self._leading = [tuple(p.name for p in lead[:k]) for k in range(len(lead) + 1)]
         self._modules = list(fn.modules()) if isinstance(fn, torch.nn.Module) else None
         self._lock = threading.RLock()  # NOTE: held while tracing; reentrant for recursion
         self._clock = itertools.count(1)
@@ -223,28 +225,28 @@ class GuardedFunction:
         return out
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
-        """Every argument by parameter name, in signature order, defaults filled in; `*args`
-        become `args_0, ...`, `**kwargs` their keys."""
-        if not kwargs and self._plain is not None and len(args) == len(self._plain):
-            return self._plain, args
+        """The arguments passed, by parameter name, in signature order (defaults are not filled
+        in: fn is later called with exactly what was passed); `*args` become `args_0, ...`,
+        `**kwargs` keep their keys."""
+        if not kwargs and len(args) < len(self._leading):
+            return self._leading[len(args)], args
         if self._sig is None:
             if kwargs:
                 raise TypeError(f"{getattr(self.fn, '__name__', 'function')} has no signature to bind keywords by")
             return tuple(f"args_{i}" for i in range(len(args))), args
         ba = self._sig.bind(*args, **kwargs)  # NOTE: a TypeError here is eager's TypeError
-        ba.apply_defaults()
         names: list[str] = []
         values: list[Any] = []
-        for p in self._sig.parameters.values():
-            v = ba.arguments[p.name]
-            if p.kind is p.VAR_POSITIONAL:
-                names += [f"{p.name}_{i}" for i in range(len(v))]
+        for name, v in ba.arguments.items():
+            kind = self._sig.parameters[name].kind
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                names += [f"{name}_{i}" for i in range(len(v))]
                 values += v
-            elif p.kind is p.VAR_KEYWORD:
+            elif kind is inspect.Parameter.VAR_KEYWORD:
                 names += list(v)
                 values += v.values()
             else:
-                names.append(p.name)
+                names.append(name)
                 values.append(v)
         return tuple(names), tuple(values)
 
@@ -315,10 +317,13 @@ class GuardedFunction:
     def _trace(self, names: tuple[str, ...], values: tuple[Any, ...]) -> Entry:
         traced = tuple(i for i, v in enumerate(values)
                        if isinstance(v, torch.Tensor) or (isinstance(v, int) and not isinstance(v, bool)))
-        plain = names == self._plain and len(traced) == len(values)
+        plain = len(traced) == len(values) and names == self._leading[min(len(names), len(self._leading) - 1)]
         fn = self.fn if plain else self._partial(names, values, traced)
         t = trace(fn, *[values[i] for i in traced], value_guards=self.value_guards)
-        static = list(t.static) + [value_guard(names[i], values[i]) for i in range(len(values)) if i not in traced]
+        # NOTE: the trace's own static guards speak of its inputs; the ambient state a call
+        # runs in (grad mode, default dtype, a module's modes) is the cache's to check
+        static = list(t.static) + state_guards()
+        static += [value_guard(names[i], values[i]) for i in range(len(values)) if i not in traced]
         if self._modules is not None:
             static.append(self._training_guard())
         gs = simplify(t, timeout_ms=self.timeout_ms).with_static(static, names)
@@ -331,25 +336,29 @@ class GuardedFunction:
         """fn as a function of the traced arguments only (the others fixed), named like fn's."""
         sig, fn = self._sig, self.fn
         assert sig is not None
-        # NOTE: `names` follow the signature (see `_bind`): rebuild which go positionally
+        # NOTE: `names` follow the signature (see `_bind`): positional parameters go positionally
+        # while none is missing before them, the rest by keyword, as Python would bind them.
+        where = {n: i for i, n in enumerate(names)}
         positional: list[int] = []
         keyword: list[int] = []
-        k = 0
+        gap = False
         for p in sig.parameters.values():
             if p.kind in _POSITIONAL:
-                positional.append(k)
-                k += 1
+                if p.name not in where:
+                    gap = True
+                else:
+                    (keyword if gap else positional).append(where[p.name])
             elif p.kind is p.VAR_POSITIONAL:
                 j = 0
-                while k < len(names) and names[k] == f"{p.name}_{j}":
-                    positional.append(k)
-                    k, j = k + 1, j + 1
+                while f"{p.name}_{j}" in where:
+                    positional.append(where[f"{p.name}_{j}"])
+                    j += 1
             elif p.kind is p.KEYWORD_ONLY:
-                keyword.append(k)
-                k += 1
+                if p.name in where:
+                    keyword.append(where[p.name])
             else:
-                keyword += range(k, len(names))
-                k = len(names)
+                claimed = set(positional) | set(keyword)
+                keyword += [i for i in range(len(names)) if i not in claimed]
         fixed = list(values)
 
         def call(*traced_values: Any) -> Any:

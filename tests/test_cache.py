@@ -247,12 +247,14 @@ def test_keyword_arguments_defaults_and_pinned_values() -> None:
     a, b = torch.randn(3), torch.randn(3)
     calls = [((a,), {}), ((a,), {"y": b}), ((a, b, a), {"scale": 3.0}), ((a, b, a), {"scale": 3.0, "z": b}),
              ((), {"x": a}), ((a,), {"scale": 3}), ((a,), {"scale": True}), ((a,), {"scale": 3.0}),
-             ((a,), {"y": b}), ((), {"x": b, "y": a})]
+             ((a,), {"y": b}), ((), {"x": b, "y": a}), ((a,), {"scale": 2.0})]
     for args, kwargs in calls:
         assert torch.allclose(g(*args, **kwargs), g.fn(*args, **kwargs))
     info = g.cache_info()
     assert info.hits == 3 and info.eager_calls == 0
-    assert any(r.endswith("scale == 2.0 failed (found 3.0)") for r in info.miss_reasons)
+    assert info.entries == 8  # defaults are not filled in: fn is called with what was passed
+    assert any(r.endswith("scale == 3.0 failed (found 2.0)") for r in info.miss_reasons)
+    assert any(r.endswith("scale is True failed (found 3.0)") for r in info.miss_reasons)
     with pytest.raises(TypeError):
         g(a, q=1, x=a)
 

@@ -68,13 +68,24 @@ def _spec_source(spec: Any, consts: dict[str, Any]) -> str:
     if isinstance(spec, Ref):
         return spec.name
     if isinstance(spec, tuple):
-        return "(" + "".join(_spec_source(x, consts) + ", " for x in spec) + ")"
+        items = "(" + "".join(_spec_source(x, consts) + ", " for x in spec) + ")"
+        if type(spec) is tuple:
+            return items
+        # NOTE: the output keeps its type: a namedtuple, or a torch.return_types structseq
+        kind = _const(type(spec), consts)
+        return f"{kind}(*{items})" if hasattr(type(spec), "_fields") else f"{kind}({items})"
     if isinstance(spec, list):
         return "[" + ", ".join(_spec_source(x, consts) for x in spec) + "]"
     if isinstance(spec, dict):
-        return "{" + ", ".join(f"{k!r}: {_spec_source(x, consts)}" for k, x in spec.items()) + "}"
+        items = "{" + ", ".join(f"{k!r}: {_spec_source(x, consts)}" for k, x in spec.items()) + "}"
+        # NOTE: a dict subclass (transformers' ModelOutput) is rebuilt by keyword
+        return items if type(spec) is dict else f"{_const(type(spec), consts)}(**{items})"
+    return _const(spec, consts)
+
+
+def _const(value: Any, consts: dict[str, Any]) -> str:
     name = f"out_const{len(consts)}"
-    consts[name] = spec
+    consts[name] = value
     return name
 
 

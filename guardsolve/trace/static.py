@@ -60,11 +60,31 @@ def tensor_guards(name: str, t: torch.Tensor) -> list[StaticGuard]:
     ]
 
 
+def contiguous_strides(shape: Any) -> tuple[int, ...]:
+    """The strides `torch.empty(shape)` has (a traced contiguous input's, as sizes vary).
+
+    >>> contiguous_strides((2, 1, 3))
+    (3, 3, 1)
+    """
+    out, step = [], 1
+    for s in reversed(tuple(shape)):
+        out.append(step)
+        step *= max(s, 1)
+    return tuple(reversed(out))
+
+
 def layout_guard(name: str, t: torch.Tensor, exact: bool) -> StaticGuard:
-    """The trace observed strides: `x.is_contiguous()`, or the exact strides (and storage
-    offset) when the input was not contiguous or user code read their values."""
-    if t.is_contiguous() and not exact:
-        return StaticGuard(f"{name}.is_contiguous()", f"{name}.is_contiguous()", f"{name}.is_contiguous()")
+    """The trace observed the layout: `x.is_contiguous()`; when user code read stride values
+    (`exact`), a contiguous input's strides must be those of `torch.empty` (they were traced
+    as expressions of the sizes) and its storage offset the same. A non-contiguous input was
+    traced with constant strides: those, exactly."""
+    if t.is_contiguous() and t.stride() == contiguous_strides(t.shape):
+        if not exact:
+            return StaticGuard(f"{name}.is_contiguous()", f"{name}.is_contiguous()", f"{name}.is_contiguous()")
+        offset = t.storage_offset()
+        return StaticGuard(f"{name}.stride() == contiguous_strides({name}.shape) and {name}.storage_offset() == {offset}",
+                           f"{name}.stride() == _contiguous_strides({name}.shape) and {name}.storage_offset() == {offset}",
+                           f"({name}.stride(), {name}.storage_offset())")
     stride, offset = tuple(t.stride()), t.storage_offset()
     n_st, v_st = _bound(f"{name}_stride", stride)
     src = f"{name}.stride() == {n_st} and {name}.storage_offset() == {offset}"
@@ -128,4 +148,5 @@ def state_guards() -> list[StaticGuard]:
 
 NAMESPACE: dict[str, Any] = {"_is_grad_enabled": torch.is_grad_enabled,
                              "_get_default_dtype": torch.get_default_dtype, "_value_key": value_key,
+                             "_contiguous_strides": contiguous_strides,
                              "torch": torch}

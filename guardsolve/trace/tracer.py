@@ -31,7 +31,7 @@ from guardsolve.trace.gcpause import paused_gc
 from guardsolve.guards.pytorch import meta_input
 from guardsolve.guards.rules import RuleCache
 from guardsolve.guards.symbolic import Recorder
-from guardsolve.trace.static import StaticGuard, layout_guard, state_guards, tensor_guards
+from guardsolve.trace.static import StaticGuard, layout_guard, tensor_guards
 from guardsolve.trace.tensor import TracedTensor, TracingMode, dtype_name, symint
 
 
@@ -44,7 +44,7 @@ class Trace:
     captured tensors), by their `var_param` name; `out_spec` is the output structure with
     `Ref(name)` in place of each traced value; `static` what the trace assumed besides sizes
     (each tensor input's dtype, device, layout, requires_grad, its strides where the trace
-    observed them, grad mode), checked before the size guards.
+    observed them), checked before the size guards.
     """
 
     graph: Graph
@@ -117,7 +117,6 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
                              "only torch.Tensor and int inputs are supported")
     signature = dim_names(kinds)
     static = [g for p, v in zip(signature, example_inputs) if p.kind == "tensor" for g in tensor_guards(p.name, v)]
-    static += state_guards()
     graph = Graph(meta={"signature": signature})
     rec = Recorder(graph, value_guards)
     rec.rules = RuleCache(rec)
