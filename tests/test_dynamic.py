@@ -120,7 +120,7 @@ def assert_same_fixes(ours: dict[str, Any], theirs: dict[str, Any], declared: li
         if a[d][0] == "static" or b[d][0] == "static":
             assert a[d] == b[d], (d, ours, theirs)
             continue
-        (_, sa, ra, la, ha, ua, ma, ca), (_, sb, rb, lb, hb, ub, mb, cb) = a[d], b[d]
+        (_, sa, ra, la, ha, *_), (_, sb, rb, lb, hb, *_) = a[d], b[d]
         assert (sa, ra) == (sb, rb), (d, ours, theirs)
         assert canonical_pairs(a, d) == canonical_pairs(b, d), (d, ours, theirs)
         if d in general:
@@ -162,7 +162,12 @@ def _examples() -> list[tuple[str, Callable[[], Any], Callable[[], tuple[Any, ..
 MODELS = _load("models").MODELS
 # NOTE: torch.export unrolls nn.LSTM over time and so specializes the sequence length; guardsolve
 # traces aten.lstm under its meta kernel, and its guards (exact: tests/test_models.py) accept any.
-TORCH_EXPORT_PINS = {("lstm", "all"): {"input1"}}
+# NOTE: and nn.TransformerEncoderLayer in eval mode traces its fused fast path, whose meta kernel
+# does not check d_model: guardsolve's guards miss `src2 == 16` (a tracer gap, not --dynamic's).
+TORCH_EXPORT_PINS = {("lstm", "all"): {"input1"}, ("transformer_layer", "all"): {"src2"}}
+# NOTE: torch.export answers PyTorch's "is this size 1?" questions about intermediate sizes (a
+# pooled height) size-obliviously, as it does for input dims; guardsolve keeps them as bounds.
+SIZE_ONE_BOUNDS = {("conv_net", "all"): {"x2", "x3"}}
 CASES = [(name, decl) for name, *_ in _examples() for decl in ("batch", "all")]
 MODEL_CASES = [(name, decl) for name in MODELS for decl in ("batch", "all")]
 
@@ -192,6 +197,11 @@ def _judge_against_torch_export(name: str, decl: str, make: Callable[[], Any], i
     assert {d for d in pins if theirs.get(d, ("",))[0] == "static"} == pins, theirs
     for d in pins:
         ours[d] = theirs[d]
+    for d in SIZE_ONE_BOUNDS.get((name, decl), set()):
+        (v,) = [v for v in j.violations if v.dim == d]
+        assert v.kind == "bound" and d not in theirs and all(
+            gs._describe(i).startswith("assert not (") and gs._describe(i).endswith(" == 1)") for i in v.constraint.prov), v
+        del ours[d]
     assert_same_fixes(ours, theirs, declared, general)
 
     # every witness is an input the guards reject, and the fix excludes it
@@ -250,7 +260,7 @@ def _cnn() -> tuple[Any, torch.Tensor, Any]:
 
 def test_cnn_batch_only_is_free_once_static_dims_are_substituted() -> None:
     model, x, gs = _cnn()
-    assert any(c.dims == ("x0", "x2", "x3") or "x0" in c.dims and len(c.dims) > 1 for c in gs) or True
+    assert any({"x2", "x3"} & set(c.dims) for c in gs)  # gone once x2, x3 are static at 16
     assert gs.violations(["x0"], (x,)) == []
     spec = gs.export_spec(["x0"], (x,))
     assert spec.source == 'from torch.export import Dim\nx0 = Dim("x0")\ndynamic_shapes = {"x": {0: x0}}'

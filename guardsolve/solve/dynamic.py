@@ -527,8 +527,7 @@ def _static_change(sp: _Ask, f: Formula, dims: Sequence[str], e: Mapping[str, in
 
 
 def _range_text(k: _Class) -> str:
-    parts = [f"min={k.lo}"] + ([f"max={k.hi}"] if k.hi is not None else [])
-    return f"{k.root} in [{k.lo}, {k.hi if k.hi is not None else 'oo'}]" if parts else ""
+    return f"{k.root} in [{k.lo}, {k.hi if k.hi is not None else 'oo'}]"
 
 
 # -- the spec -------------------------------------------------------------------------------
