@@ -262,41 +262,45 @@ class GuardedFunction:
 
     def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...],
               values: tuple[Any, ...], seen: tuple[Entry, ...]) -> Any:
-        self._misses.inc()
-        record = _Miss(seen, names, values, self._state())
-        self._log.append(record)
         why_eager = self._untraceable(names, values)
-        if why_eager is None and not self._lock.acquire(blocking=False):
-            why_eager = "another thread is tracing this function"
-        if why_eager is not None:
-            record.note = f"ran eagerly: {why_eager}"
-            self._eager.inc()
-            return self.fn(*args, **kwargs)
+        locked = why_eager is None and self._lock.acquire(blocking=False)
         try:
-            for e in self._entries:  # NOTE: published while we waited for the lock
-                if e not in seen:
-                    out = self._try(e, names, values)
-                    if out is not _MISS:
-                        return out
-            if len(self._entries) >= self.max_entries:
-                if not self.evict:
+            if locked:
+                for e in self._entries:  # NOTE: published since this call looked
+                    if e not in seen:
+                        out = self._try(e, names, values)
+                        if out is not _MISS:
+                            return out
+            self._misses.inc()
+            record = _Miss(self._entries if locked else seen, names, values, self._state())
+            self._log.append(record)
+            if not locked or len(self._entries) >= self.max_entries and not self.evict:
+                if why_eager is None and not locked:
+                    why_eager = "another thread is tracing this function"
+                elif why_eager is None:
+                    why_eager = f"the cache is full ({self.max_entries} entries)"
                     if not self._warned:
                         warnings.warn(f"{getattr(self.fn, '__name__', 'function')}: guarded cache is full "
                                       f"({self.max_entries} entries); running eagerly", stacklevel=3)
                         self._warned = True
-                    record.note = f"ran eagerly: the cache is full ({self.max_entries} entries)"
-                    self._eager.inc()
-                    return self.fn(*args, **kwargs)
-                lru = min(self._entries, key=lambda e: e.last_used)
-                self._entries = tuple(e for e in self._entries if e is not lru)
-                self._evictions.inc()
+                record.note = f"ran eagerly: {why_eager}"
+                self._eager.inc()
+                return self.fn(*args, **kwargs)
             entry = self._trace(names, values)
             self._traces.inc()
-            self._entries = (entry,) + self._entries if self.evict else self._entries + (entry,)
+            # NOTE: published in one assignment, after the trace succeeded: a trace that raises
+            # (KeyboardInterrupt too) leaves the entries as they were
+            kept = self._entries
+            if len(kept) >= self.max_entries:
+                lru = min(kept, key=lambda e: e.last_used)
+                kept = tuple(e for e in kept if e is not lru)
+                self._evictions.inc()
+            self._entries = (entry,) + kept if self.evict else kept + (entry,)
             out, entry.trace.output = entry.trace.output, None  # NOTE: the entry keeps no output alive
             return out
         finally:
-            self._lock.release()
+            if locked:
+                self._lock.release()
 
     def _untraceable(self, names: tuple[str, ...], values: tuple[Any, ...]) -> str | None:
         """Why these arguments cannot be traced (so the call runs eagerly), or None."""

@@ -425,3 +425,19 @@ def test_threads_on_varied_shapes_equal_eager() -> None:
     assert errors == []
     info = fast.cache_info()
     assert info.hits + info.misses == 120 and info.entries <= 3
+
+
+def test_an_interrupted_trace_evicts_nothing() -> None:
+    @guardsolve.guarded(max_entries=1, evict=True)
+    def f(x, stop):
+        if stop:
+            raise KeyboardInterrupt
+        return x + 1
+
+    x = torch.ones(3)
+    f(x, 0)
+    before = f.entries
+    with pytest.raises(KeyboardInterrupt):
+        f(torch.ones(4, 2), 1)
+    assert f.entries is before and f.cache_info().evictions == 0
+    assert torch.equal(f(x, 0), x + 1) and f.cache_info().hits == 1
