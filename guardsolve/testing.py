@@ -1,12 +1,17 @@
 """Random guard graphs over every guard op, for property tests and benchmarks.
 
 Bailouts expect the value seen at a random "trace-time" assignment, as a real trace would,
-so the graph is satisfiable unless `flip` asks for some expectations to be inverted.
+so the graph is satisfiable unless `flip` asks for some expectations to be inverted. With
+`signed=True` the graph also reaches Python's `//` and `%` of negatives: negative constants,
+negative divisors, numerators such as `2*x - 1`, and int arguments from -5 to 5.
 
 >>> import random
 >>> g = random_guard_graph(random.Random(0), n_bailouts=3)
 >>> sum(1 for n in g if n.op is Op.BOOL_BAILOUT)
 3
+>>> g = random_guard_graph(random.Random(4), n_bailouts=12, signed=True)
+>>> any(n.op is Op.INT_CONST and n.params["val"] < 0 for n in g)
+True
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ _PY: dict[Op, Callable[[Any, Any], Any]] = {
 
 
 class _Builder:
-    def __init__(self, rng: random.Random, dims: dict[str, int], nonlinear: bool):
-        self.rng, self.dims, self.nonlinear = rng, dims, nonlinear
+    def __init__(self, rng: random.Random, dims: dict[str, int], nonlinear: bool, signed: bool = False):
+        self.rng, self.dims, self.nonlinear, self.signed = rng, dims, nonlinear, signed
         self.g = Graph()
         self.val: dict[str, Any] = {}
 
@@ -39,8 +44,31 @@ class _Builder:
         return name
 
     def const(self, lo: int = 0, hi: int = 4) -> str:
+        if self.signed:
+            lo = -hi
         v = self.rng.randint(lo, hi)
         return self.emit(Op.INT_CONST, (), v, val=v)
+
+    def divisor(self, coef: int = 1) -> str:
+        """A non-zero constant; signed: negative too, and often the numerator's coefficient
+        (`(2*x - 1) // 2` folds to `x + (-1 // 2)`, the constant's floor)."""
+        v = self.rng.randint(1, 4)
+        if self.signed and abs(coef) > 1 and self.rng.random() < 0.5:
+            v = abs(coef)
+        if self.signed and self.rng.random() < 0.5:
+            v = -v
+        return self.emit(Op.INT_CONST, (), v, val=v)
+
+    def numerator(self, depth: int) -> tuple[str, int]:
+        """Signed: often `c*x + k` (`2*x - 1`), whose floor rounds differently from truncation;
+        returns the node and its coefficient c (1 otherwise)."""
+        if not self.signed or self.rng.random() < 0.4:
+            return self.int_expr(depth), 1
+        x = self.rng.choice(list(self.dims))
+        c = self.emit(Op.INT_CONST, (), v := self.rng.choice([-3, -2, 2, 3]), val=v)
+        k = self.emit(Op.INT_CONST, (), v := self.rng.randint(-3, 3), val=v)
+        cx = self.emit(Op.INT_MUL, (c, x), self.val[c] * self.val[x])
+        return self.emit(Op.INT_ADD, (cx, k), self.val[cx] + self.val[k]), self.val[c]
 
     def int_expr(self, depth: int) -> str:
         r = self.rng.random()
@@ -50,13 +78,16 @@ class _Builder:
         if r < 0.6:
             return self.const()
         ops = [Op.INT_ADD, Op.INT_SUB] + ([Op.INT_MUL, Op.INT_FLOORDIV, Op.INT_MOD] if self.nonlinear else [])
+        if self.signed and self.nonlinear:
+            ops += [Op.INT_FLOORDIV, Op.INT_MOD]
         op = self.rng.choice(ops)
-        a = self.int_expr(depth - 1)
         if op in (Op.INT_FLOORDIV, Op.INT_MOD):
-            b = self.const(1, 4) if self.rng.random() < 0.7 else self.int_expr(0)
+            a, coef = self.numerator(depth - 1)
+            b = self.divisor(coef) if self.rng.random() < 0.7 else self.int_expr(0)
             if self.val[b] == 0:
-                b = self.const(1, 4)
+                b = self.divisor(coef)
         else:
+            a = self.int_expr(depth - 1)
             b = self.int_expr(depth - 1) if self.rng.random() < 0.6 else self.const()
         return self.emit(op, (a, b), _PY[op](self.val[a], self.val[b]))
 
@@ -80,11 +111,15 @@ class _Builder:
 
 def random_guard_graph(rng: random.Random, *, n_bailouts: int = 6, tensors: int = 2, rank: int = 2,
                        int_args: int = 1, nonlinear: bool = True, flip: float = 0.0,
-                       max_size: int = 6) -> Graph:
-    """A guard graph over dims `a0, a1, b0, ...` (and int args `n0`, ...)."""
+                       max_size: int = 6, signed: bool = False) -> Graph:
+    """A guard graph over dims `a0, a1, b0, ...` (and int args `n0`, ...).
+
+    `signed` adds negative constants and divisors, `c*x + k` numerators and wider int args
+    (the draws without it are unchanged, so seeds keep their graphs).
+    """
     dims: dict[str, int] = {}
     pool = [rng.randint(0, max_size) for _ in range(3)]
-    b = _Builder(rng, dims, nonlinear)
+    b = _Builder(rng, dims, nonlinear, signed)
     for t in range(tensors):
         for d in range(rank):
             name = f"{'abcdefgh'[t]}{d}"
@@ -92,7 +127,7 @@ def random_guard_graph(rng: random.Random, *, n_bailouts: int = 6, tensors: int 
             b.emit(Op.INT_PLACEHOLDER, (), dims[name], name=name)
     for i in range(int_args):
         name = f"n{i}"
-        dims[name] = rng.randint(-3, 3)
+        dims[name] = rng.randint(-5, 5) if signed else rng.randint(-3, 3)
         b.emit(Op.INT_ARG, (), dims[name], name=name)
     for _ in range(n_bailouts):
         x = b.bool_expr(2)
@@ -102,6 +137,14 @@ def random_guard_graph(rng: random.Random, *, n_bailouts: int = 6, tensors: int 
         b.g.emit(Op.BOOL_BAILOUT, (x,), expect=expect)
     b.g.meta["trace_dims"] = dict(dims)
     return b.g
+
+
+def examples(n: int) -> int:
+    """A property test's example count: `n` under the default hypothesis profile (`ci`, 100
+    examples), scaled by the loaded profile's `max_examples` / 100 (`long`: 10n; tests/conftest.py)."""
+    from hypothesis import settings
+
+    return max(1, n * settings.default.max_examples // 100)
 
 
 # -- exactness oracle for traced programs ------------------------------------------------------

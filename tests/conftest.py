@@ -1,9 +1,26 @@
-"""Shared helpers for the test suite."""
+"""Shared helpers for the test suite, and the hypothesis profiles.
+
+`ci` (the default) is derandomized: every run of a commit draws the same examples, so a
+property test passes or fails the same way each time. `long` explores with random seeds and
+10x the examples (`guardsolve.testing.examples` scales each test's count); choose it with
+`HYPOTHESIS_PROFILE=long python -m pytest ...` or `python -m pytest --hypothesis-profile=long ...`.
+A failure it finds becomes an `@example` case in the test, so `ci` keeps checking it.
+"""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, max_examples=100,
+                          print_blob=True)
+settings.register_profile("long", derandomize=False, deadline=None, max_examples=1000, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+# NOTE: hypothesis's own `--hypothesis-profile` flag, when given, loads its profile after this
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(autouse=True)

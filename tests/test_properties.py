@@ -1,7 +1,13 @@
 """Oracle properties of simplify() over random guard graphs that use every guard op.
 
 Each graph's bailouts expect the values seen at a random trace-time assignment (as a real
-trace's do); some graphs flip expectations and may be contradictory.
+trace's do); some graphs flip expectations and may be contradictory. Half the graphs are
+`signed`: negative constants and divisors, `2*x - 1` numerators, int args that may be
+negative, where Python's `//` and `%` round differently from truncation.
+
+Example counts are those of the `ci` hypothesis profile (derandomized; tests/conftest.py);
+`HYPOTHESIS_PROFILE=long` draws random seeds and 10x the examples. Failures it found are the
+`@example` cases below.
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 import random
 
 import z3
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import guardsolve
@@ -17,13 +23,18 @@ from guardsolve.errors import InterpretError, UnsatisfiableGuardsError
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.solve.smt import graph_to_z3, z3_vars
-from guardsolve.testing import random_guard_graph
+from guardsolve.testing import examples, random_guard_graph
 
-graphs = st.builds(
-    lambda seed, n, tensors, nonlinear, small: random_guard_graph(
-        random.Random(seed), n_bailouts=n, tensors=tensors, nonlinear=nonlinear,
-        max_size=3 if small else 6, rank=3 if small else 2),
-    st.integers(0, 2**32), st.integers(1, 12), st.integers(1, 3), st.booleans(), st.booleans())
+
+def graph(seed: int, n: int, tensors: int, nonlinear: bool, small: bool, signed: bool = False,
+          int_args: int = 1) -> Graph:
+    return random_guard_graph(random.Random(seed), n_bailouts=n, tensors=tensors, nonlinear=nonlinear,
+                              max_size=3 if small else 6, rank=3 if small else 2, signed=signed,
+                              int_args=int_args)
+
+
+graphs = st.builds(graph, st.integers(0, 2**32), st.integers(1, 12), st.integers(1, 3), st.booleans(),
+                   st.booleans(), st.booleans(), st.integers(0, 2))
 
 
 def accepted(g: Graph, env: dict[str, int]) -> bool:
@@ -43,12 +54,12 @@ def assignments(g: Graph, seed: int, n: int = 150) -> list[dict[str, int]]:
     names = list(g.meta["trace_dims"])
     out = [dict(g.meta["trace_dims"])]
     for _ in range(n):
-        out.append({d: rng.randint(0, 7) if not d.startswith("n") else rng.randint(-4, 4) for d in names})
+        out.append({d: rng.randint(0, 7) if not d.startswith("n") else rng.randint(-6, 6) for d in names})
     return out
 
 
 @given(graphs, st.integers(0, 1000))
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120))
 def test_agrees_with_original_on_random_sizes(g: Graph, seed: int) -> None:
     gs = guardsolve.simplify(g)
     for env in assignments(g, seed):
@@ -56,7 +67,7 @@ def test_agrees_with_original_on_random_sizes(g: Graph, seed: int) -> None:
 
 
 @given(graphs)
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120))
 def test_z3_proves_equivalent_and_irredundant(g: Graph) -> None:
     gs = guardsolve.simplify(g)
     cert = gs.verify()
@@ -65,7 +76,7 @@ def test_z3_proves_equivalent_and_irredundant(g: Graph) -> None:
 
 
 @given(graphs)
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80))
 def test_idempotent(g: Graph) -> None:
     gs = guardsolve.simplify(g)
     again = guardsolve.simplify(gs.to_graph())
@@ -73,7 +84,7 @@ def test_idempotent(g: Graph) -> None:
 
 
 @given(graphs, st.integers(0, 1000))
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80))
 def test_compiled_check_agrees_with_interpreting_the_constraints(g: Graph, seed: int) -> None:
     gs = guardsolve.simplify(g)
     small = gs.to_graph()
@@ -81,10 +92,10 @@ def test_compiled_check_agrees_with_interpreting_the_constraints(g: Graph, seed:
         assert gs.check_dims(env) == accepted(small, env)
 
 
-@given(st.integers(0, 2**32), st.integers(2, 10))
-@settings(max_examples=120, deadline=None)
-def test_contradictions_are_reported_exactly(seed: int, n: int) -> None:
-    g = random_guard_graph(random.Random(seed), n_bailouts=n, flip=0.3, max_size=3)
+@given(st.integers(0, 2**32), st.integers(2, 10), st.booleans())
+@settings(max_examples=examples(120))
+def test_contradictions_are_reported_exactly(seed: int, n: int, signed: bool) -> None:
+    g = random_guard_graph(random.Random(seed), n_bailouts=n, flip=0.3, max_size=3, signed=signed)
     var = z3_vars()
     s = z3.Solver()
     s.add(graph_to_z3(g, var), *[var(d) >= 0 for d in g.meta["trace_dims"] if not d.startswith("n")])
@@ -105,7 +116,7 @@ def _atoms(g: Graph) -> list:
 
 
 @given(graphs)
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80))
 def test_smtlib_lowering_means_what_the_api_lowering_means(g: Graph) -> None:
     from guardsolve.guards import semantics
     from guardsolve.solve.smt import formula_to_smtlib, formula_to_z3
@@ -122,7 +133,7 @@ def test_smtlib_lowering_means_what_the_api_lowering_means(g: Graph) -> None:
 
 
 @given(graphs, st.integers(0, 1000))
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80))
 def test_witness_points_break_exactly_one_constraint(g: Graph, seed: int) -> None:
     from guardsolve.solve.witness import Witnesses
 
@@ -185,8 +196,61 @@ def difference_graphs(draw: st.DrawFn) -> Graph:
 
 
 @given(difference_graphs())
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300))
 def test_orderings_with_disequalities_are_minimal(g: Graph) -> None:
     gs = guardsolve.simplify(g)
     cert = gs.verify()
     assert cert.equivalent and cert.irredundant
+
+
+_DIV = {Op.INT_FLOORDIV: lambda a, b: a // b, Op.INT_MOD: lambda a, b: a % b}
+_CMPS = {Op.INT_EQ: lambda a, b: a == b, Op.INT_NE: lambda a, b: a != b, Op.INT_LT: lambda a, b: a < b,
+         Op.INT_LE: lambda a, b: a <= b, Op.INT_GT: lambda a, b: a > b, Op.INT_GE: lambda a, b: a >= b}
+
+
+@st.composite
+def division_graphs(draw: st.DrawFn) -> Graph:
+    """`(c*x + k) // d` and `(c*x + k) % d` compared with a constant or a dim, recorded at one point.
+
+    x is a size or an int argument (negative too), c and d may be negative and d may equal c:
+    `(2*x - 1) // 2` folds to `x + (-1 // 2)`, where floor and truncation differ.
+    """
+    g = Graph()
+    point = {d: draw(st.integers(0, 6)) for d in ("a0", "b0")} | {n: draw(st.integers(-6, 6)) for n in ("n0", "n1")}
+    for d in point:
+        g.emit(Op.INT_ARG if d.startswith("n") else Op.INT_PLACEHOLDER, (), out=d, name=d)
+
+    def const(v: int) -> str:
+        return g.emit(Op.INT_CONST, (), val=v)
+
+    for _ in range(draw(st.integers(1, 4))):
+        x = draw(st.sampled_from(sorted(point)))
+        c, k = draw(st.sampled_from([-3, -2, -1, 2, 3])), draw(st.integers(-5, 5))
+        num = g.emit(Op.INT_ADD, (g.emit(Op.INT_MUL, (const(c), x)), const(k)))
+        den = draw(st.sampled_from([c, -c, 1, -1, 2, -2, 3, -3, 4, -4]))
+        op = draw(st.sampled_from(sorted(_DIV, key=str)))
+        value = _DIV[op](c * point[x] + k, den)
+        q = g.emit(op, (num, const(den)))
+        if draw(st.booleans()):
+            rhs, other = const(v := value + draw(st.integers(-1, 1))), v
+        else:
+            y = draw(st.sampled_from(sorted(point)))
+            rhs, other = y, point[y]
+        cmp = draw(st.sampled_from(sorted(_CMPS, key=str)))
+        g.emit(Op.BOOL_BAILOUT, (g.emit(cmp, (q, rhs)),), expect=_CMPS[cmp](value, other))
+    g.meta["trace_dims"] = point
+    return g
+
+
+@given(division_graphs(), st.integers(0, 1000))
+@settings(max_examples=examples(100))
+def test_floor_division_and_modulo_of_negatives_agree_with_python(g: Graph, seed: int) -> None:
+    """Python's `//` and `%` (negative numerators, either sign of divisor) through normalize and
+    simplify: the simplified guards accept exactly what the original graph accepts."""
+    gs = guardsolve.simplify(g)
+    rng = random.Random(seed)
+    envs = [dict(g.meta["trace_dims"])]
+    envs += [{"a0": rng.randint(0, 6), "b0": rng.randint(0, 6), "n0": n0, "n1": rng.randint(-6, 6)}
+             for n0 in range(-6, 7) for _ in range(4)]
+    for env in envs:
+        assert gs.check_dims(env) == accepted(g, env), (env, str(gs))
