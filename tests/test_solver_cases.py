@@ -1,0 +1,399 @@
+"""Hand-written cases for each branch of the solver layers, with the exact answer.
+
+The ordering layer's disequality tightening (`OrderLayer._tighten`: outside the interval,
+on its upper or lower end, strictly inside, repeated rounds, a tightening that closes the
+interval), z3's removal order (`reduce_component`: most complex first, exactly one of two
+equivalent constraints goes), the unifier's offsets and conflict chains, and the shapes a
+broadcast accepts (checked shape by shape against re-tracing, not by counting nodes).
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+
+import pytest
+import torch
+
+import guardsolve
+from guardsolve import Graph, UnsatisfiableGuardsError, simplify
+from guardsolve.errors import InterpretError
+from guardsolve.guards.expr import Poly, rel
+from guardsolve.ir.ops import Op
+from guardsolve.ir.printer import print_guards
+from guardsolve.solve.order import Z, OrderLayer
+from guardsolve.solve.smt import reduce_component
+from guardsolve.solve.unify import Conflict, UnionFind
+
+_BIN = {ast.Add: Op.INT_ADD, ast.Sub: Op.INT_SUB, ast.Mult: Op.INT_MUL, ast.FloorDiv: Op.INT_FLOORDIV,
+        ast.Mod: Op.INT_MOD}
+_CMP = {ast.Eq: Op.INT_EQ, ast.NotEq: Op.INT_NE, ast.Lt: Op.INT_LT, ast.LtE: Op.INT_LE, ast.Gt: Op.INT_GT,
+        ast.GtE: Op.INT_GE}
+
+
+def graph(*asserts: str, sizes: str = "x0 y0 z0", ints: str = "n0") -> Graph:
+    """A guard graph with one bailout per Python assert (`not (...)` expects False, as a trace's do)."""
+    g = Graph()
+    for d in sizes.split():
+        g.emit(Op.INT_PLACEHOLDER, (), out=d, name=d)
+    for d in ints.split():
+        g.emit(Op.INT_ARG, (), out=d, name=d)
+
+    def emit(e: ast.expr) -> str:
+        match e:
+            case ast.Name(id=name):
+                return name
+            case ast.Constant(value=int(v)):
+                return g.emit(Op.INT_CONST, (), val=v)
+            case ast.UnaryOp(op=ast.USub(), operand=ast.Constant(value=int(v))):
+                return g.emit(Op.INT_CONST, (), val=-v)
+            case ast.UnaryOp(op=ast.Not(), operand=a):
+                return g.emit(Op.BOOL_NOT, (emit(a),))
+            case ast.BinOp(left=a, op=op, right=b):
+                return g.emit(_BIN[type(op)], (emit(a), emit(b)))
+            case ast.Compare(left=a, ops=[op], comparators=[b]):
+                return g.emit(_CMP[type(op)], (emit(a), emit(b)))
+            case ast.BoolOp(op=op, values=[a, *rest]):
+                out = emit(a)
+                for b in rest:
+                    out = g.emit(Op.BOOL_AND if isinstance(op, ast.And) else Op.BOOL_OR, (out, emit(b)))
+                return out
+        raise AssertionError(f"unsupported: {ast.dump(e)}")
+
+    for a in asserts:
+        e = ast.parse(a, mode="eval").body
+        expect = not (isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not))
+        g.emit(Op.BOOL_BAILOUT, (emit(e if expect else e.operand),), expect=expect)  # type: ignore[attr-defined]
+    return g
+
+
+def texts(gs: guardsolve.GuardSet) -> list[str]:
+    return [str(c) for c in gs]
+
+
+def accepted(g: Graph, env: dict[str, int]) -> bool:
+    try:
+        guardsolve.run_concrete(g, env)
+        return True
+    except guardsolve.GuardFailure:
+        return False
+    except InterpretError:
+        return False
+
+
+def exact(asserts: list[str], sizes: str = "x0 y0 z0", ints: str = "n0", lo: int = -1, hi: int = 7) -> list[str]:
+    """simplify()'s guards, after checking them against the original bailouts at every point of
+    a small grid (sizes from 0, int args from `lo`), and z3's proof of equivalence and minimality."""
+    g = graph(*asserts, sizes=sizes, ints=ints)
+    gs = simplify(g, verify=True)
+    dims = sizes.split() + ints.split()
+    for values in itertools.product(*[range(0 if d in sizes.split() else lo, hi) for d in dims]):
+        env = dict(zip(dims, values))
+        assert gs.check_dims(env) == accepted(g, env), (env, texts(gs))
+    return texts(gs)
+
+
+# -- the ordering layer: disequality tightening ----------------------------------------------
+
+
+@pytest.mark.parametrize("asserts, expected", [
+    # outside the interval: implied, dropped
+    (["x0 <= 5", "x0 != 7"], ["x0 <= 5"]),
+    (["x0 >= 5", "x0 != 2"], ["x0 >= 5"]),
+    (["x0 <= y0 + 1", "not (x0 == y0 + 3)"], ["x0 <= y0 + 1"]),
+    (["x0 >= y0 + 2", "y0 != x0"], ["x0 >= y0 + 2"]),
+    # on the upper end: the bound tightens by one
+    (["x0 <= 5", "x0 != 5"], ["x0 <= 4"]),
+    (["x0 <= y0 + 3", "x0 != y0 + 3"], ["x0 <= y0 + 2"]),
+    (["y0 <= x0 + 3", "not (x0 + 3 == y0)"], ["x0 >= y0 - 2"]),
+    # on the lower end
+    (["x0 >= 2", "x0 != 2"], ["x0 >= 3"]),
+    (["x0 >= y0 - 1", "x0 != y0 - 1"], ["x0 >= y0"]),
+    (["not (x0 == 0)"], ["x0 >= 1"]),  # the size bound x0 >= 0 is the lower end
+    # strictly inside: kept
+    (["x0 >= 1", "x0 <= 5", "x0 != 3"], ["x0 <= 5", "x0 >= 1", "x0 != 3"]),
+    (["x0 <= y0 + 4", "y0 <= x0 + 4", "x0 != y0"], ["x0 <= y0 + 4", "x0 >= y0 - 4", "x0 != y0"]),
+    # repeated rounds: each tightening puts the next disequality on the end
+    (["x0 <= 5", "x0 != 5", "x0 != 4"], ["x0 <= 3"]),
+    (["x0 != 0", "x0 != 1", "x0 != 2"], ["x0 >= 3"]),
+    (["x0 <= y0", "x0 != y0", "x0 != y0 - 1"], ["x0 <= y0 - 2"]),
+    # a tightening that closes the interval gives an equality
+    (["x0 >= 1", "x0 <= 2", "x0 != 1"], ["x0 == 2"]),
+    (["x0 >= y0", "x0 <= y0 + 1", "x0 != y0 + 1"], ["x0 == y0"]),
+    # int arguments have no lower bound: only a real bound tightens
+    (["n0 <= 0", "n0 != 0"], ["n0 <= -1"]),
+    (["n0 != 0", "n0 != 1"], ["n0 != 0", "n0 != 1"]),
+    (["n0 >= -2", "n0 != -2", "n0 != -1"], ["n0 >= 0"]),
+])
+def test_disequality_tightening(asserts: list[str], expected: list[str]) -> None:
+    assert exact(asserts) == expected
+
+
+def test_tightening_that_empties_the_interval_is_a_contradiction() -> None:
+    with pytest.raises(UnsatisfiableGuardsError) as info:
+        simplify(graph("x0 <= 1", "x0 != 0", "x0 != 1"))
+    # NOTE: it names the two disequalities; the bound each was tightened against (x0 <= 1) is
+    # not carried into the tightened edge's provenance (benchmarks/MUTATION.md, left alone)
+    assert len(info.value.conflict) >= 2
+
+
+def test_layer_drops_a_disequality_outside_and_keeps_its_provenance() -> None:
+    layer = OrderLayer()
+    layer.add_edge(Z, "x", 5, {"x <= 5"})
+    layer.add_diseq(Z, "x", 7, {"x != 7"})
+    layer.add_diseq("x", Z, 2, {"x != -2"})  # Z - x != 2: x != -2, below any size
+    layer.add_edge("x", Z, 0, background=True)
+    res = layer.solve()
+    assert res.diseqs == [] and res.implied == {"x != 7", "x != -2"}
+    assert [(e.u, e.v, e.w) for e in res.edges] == [(Z, "x", 5)]
+
+
+@pytest.mark.parametrize("k, edges", [
+    (5, [(Z, "x", 4)]),                   # on the upper end
+    (0, [(Z, "x", 5), ("x", Z, -1)]),     # on the lower end (the background x >= 0)
+    (3, [(Z, "x", 5)]),                   # inside: kept as a disequality
+])
+def test_layer_tightens_at_either_end(k: int, edges: list[tuple[str, str, int]]) -> None:
+    layer = OrderLayer()
+    layer.add_edge(Z, "x", 5, {"x <= 5"})
+    layer.add_edge("x", Z, 0, background=True)
+    layer.add_diseq(Z, "x", k, {f"x != {k}"})
+    res = layer.solve()
+    assert sorted((e.u, e.v, e.w) for e in res.edges) == sorted(edges)
+    assert [(d.u, d.v, d.k) for d in res.diseqs] == ([(Z, "x", 3)] if k == 3 else [])
+    if k != 3:  # the tightened bound stands for the disequality
+        assert any(f"x != {k}" in e.prov for e in res.edges)
+
+
+def test_layer_disequality_on_a_single_point_is_a_conflict() -> None:
+    layer = OrderLayer()
+    layer.add_diseq("x", "x", 0, {"x != x"})
+    with pytest.raises(Conflict) as info:
+        layer.solve()
+    assert "x != x" in info.value.ids
+
+
+def test_layer_both_orientations_are_one_disequality() -> None:
+    layer = OrderLayer()
+    layer.add_diseq("x", "y", 2, {"y - x != 2"})
+    layer.add_diseq("y", "x", -2, {"x - y != -2"})
+    assert len(layer.diseqs) == 1 and next(iter(layer.diseqs.values())).prov == {"y - x != 2", "x - y != -2"}
+
+
+def test_layer_equality_from_a_zero_cycle() -> None:
+    layer = OrderLayer()
+    layer.add_edge("x", "y", 2, {"y <= x + 2"})
+    layer.add_edge("y", "x", -2, {"x <= y - 2"})
+    res = layer.solve()
+    assert [(v, u, k) for v, u, k, _ in res.equalities] == [("y", "x", 2)]
+    assert res.equalities[0][3] == {"y <= x + 2", "x <= y - 2"}
+
+
+def test_layer_transitive_reduction_and_positive() -> None:
+    layer = OrderLayer()  # an edge u -> v (w) is v - u <= w
+    layer.add_edge("y", "x", -1, {"x < y"})
+    layer.add_edge("z", "y", -1, {"y < z"})
+    layer.add_edge("z", "x", -1, {"x < z"})
+    layer.add_edge("x", Z, -3, {"x >= 3"})
+    layer.add_edge("y", Z, -1, {"y >= 1"})
+    for d in "xyz":
+        layer.add_edge(d, Z, 0, background=True)
+    res = layer.solve()
+    assert sorted(e.prov.pop() for e in res.edges) == ["x < y", "x >= 3", "y < z"]
+    assert res.implied == {"x < z", "y >= 1"}
+    assert res.positive("z") and res.positive("x") and not res.positive("nothing")
+
+
+def test_layer_keeps_the_tighter_of_two_parallel_bounds() -> None:
+    layer = OrderLayer()
+    layer.add_edge(Z, "x", 8, {"x <= 8"})
+    layer.add_edge(Z, "x", 5, {"x <= 5"})
+    layer.add_edge(Z, "x", 9, {"x <= 9"})
+    layer.add_edge(Z, "x", 5, {"x < 6"})
+    res = layer.solve()
+    assert [(e.w, e.prov) for e in res.edges] == [(5, {"x <= 5", "x < 6"})]
+    assert res.implied == {"x <= 8", "x <= 9"}
+
+
+def test_negative_cycle_names_its_edges() -> None:
+    layer = OrderLayer()
+    layer.add_edge("x", "y", -1, {"y < x"})
+    layer.add_edge("y", "z", 0, {"z <= y"})
+    layer.add_edge("z", "x", 0, {"x <= z"})
+    layer.add_edge(Z, "x", 4, {"x <= 4"})
+    with pytest.raises(Conflict) as info:
+        layer.solve()
+    assert sorted(info.value.ids) == ["x <= z", "y < x", "z <= y"]
+
+
+# -- z3: which of two equivalent constraints goes ---------------------------------------------
+
+
+@pytest.mark.parametrize("asserts, expected", [
+    # most complex first: the product goes, the bound stays (either order of recording)
+    (["x0 * x0 >= 4", "x0 >= 2"], ["x0 >= 2"]),
+    (["x0 >= 2", "x0 * x0 >= 4"], ["x0 >= 2"]),
+    (["(x0 + 2) % 2 == 0", "x0 % 2 == 0"], ["x0 % 2 == 0"]),
+    (["x0 % 2 == 0", "(x0 + 2) % 2 == 0"], ["x0 % 2 == 0"]),
+    (["x0 % 4 == 0", "x0 % 2 == 0"], ["x0 % 4 == 0"]),
+    (["x0 * y0 == 6", "x0 * y0 >= 6"], ["x0*y0 == 6"]),
+    # a disequality that z3 finds implied by a general constraint
+    (["x0 % 2 == 1", "x0 != 0"], ["x0 % 2 == 1"]),
+    # nothing implied: all stay
+    (["x0 % 2 == 0", "x0 % 3 == 0"], ["x0 % 2 == 0", "x0 % 3 == 0"]),
+])
+def test_removal_order_keeps_the_simpler_guard(asserts: list[str], expected: list[str]) -> None:
+    assert exact(asserts, sizes="x0 y0", ints="", hi=8) == expected
+
+
+def _f(text: str) -> object:
+    """One normalized atom from a Python comparison over x and y."""
+    e = ast.parse(text, mode="eval").body
+    assert isinstance(e, ast.Compare)
+
+    def poly(n: ast.expr) -> Poly:
+        match n:
+            case ast.Name(id=name):
+                return Poly.var(name)
+            case ast.Constant(value=int(v)):
+                return Poly.const(v)
+            case ast.BinOp(left=a, op=ast.Add(), right=b):
+                return poly(a) + poly(b)
+            case ast.BinOp(left=a, op=ast.Sub(), right=b):
+                return poly(a) - poly(b)
+            case ast.BinOp(left=a, op=ast.Mult(), right=b):
+                return poly(a) * poly(b)
+            case ast.BinOp(left=a, op=ast.Mod(), right=b):
+                from guardsolve.guards.expr import divide
+                return divide("mod", poly(a), poly(b))
+        raise AssertionError(ast.dump(n))
+
+    name = {ast.Eq: "eq", ast.NotEq: "ne", ast.LtE: "le", ast.GtE: "ge", ast.Lt: "lt", ast.Gt: "gt"}
+    return rel(name[type(e.ops[0])], poly(e.left), poly(e.comparators[0]))
+
+
+def _reduce(texts_: list[str], sizes: set[str] = frozenset({"x", "y"}), background: list[str] = ()) -> tuple:  # type: ignore[assignment]
+    def unsat(idx: list[int]) -> Exception:
+        return UnsatisfiableGuardsError([texts_[i] for i in idx], "")
+    r = reduce_component([_f(t) for t in texts_], set(sizes), 5000, texts_, unsat, [_f(t) for t in background])
+    return r.kept, r.removed, r.undecided
+
+
+def test_reduce_component_tries_removal_in_the_given_order() -> None:
+    assert _reduce(["x * x >= 4", "x >= 2"]) == ([1], [0], [])
+    assert _reduce(["x >= 2", "x * x >= 4"]) == ([1], [0], [])
+
+
+def test_reduce_component_removes_one_of_two_equivalent_constraints_never_both() -> None:
+    assert _reduce(["x % 2 == 0", "(x + 4) % 2 == 0"]) == ([1], [0], [])
+    assert _reduce(["x + y >= 3", "y + x >= 3", "x + y >= 3 + 0"])[0] == [2]
+
+
+def test_reduce_component_uses_sizes_and_background() -> None:
+    assert _reduce(["x + y >= 0", "x * y != 7"]) == ([1], [0], [])
+    assert _reduce(["x + y >= 0", "x * y != 7"], sizes=set()) == ([0, 1], [], [])
+    assert _reduce(["x >= 3", "x * y != 7"], background=["x >= 5"]) == ([1], [0], [])
+    assert _reduce(["x >= 3", "x * y != 7"]) == ([0, 1], [], [])
+
+
+def test_reduce_component_names_the_unsatisfiable_core() -> None:
+    with pytest.raises(UnsatisfiableGuardsError) as info:
+        _reduce(["x % 2 == 0", "y >= 1", "2 * x == 6", "x * y != 5"])
+    assert sorted(info.value.conflict) == ["2 * x == 6", "x % 2 == 0"]
+
+
+# -- the unifier --------------------------------------------------------------------------
+
+
+def test_union_find_offsets_and_bound_values() -> None:
+    uf = UnionFind(["x", "y", "z", "w"])
+    uf.union("x", "y", 2, "x == y + 2")
+    uf.union("z", "y", -5, "z == y - 5")
+    assert uf.find("x")[0] == uf.find("z")[0] and uf.value("x") is None
+    uf.bind("z", 10, "z == 10")
+    assert (uf.value("x"), uf.value("y"), uf.value("z"), uf.value("w")) == (17, 15, 10, None)
+    uf.union("w", "x", 0, "w == x")
+    assert uf.value("w") == 17
+    assert sorted(len(m) for m in uf.classes().values()) == [4]
+
+
+def test_union_find_conflicts_name_the_chain() -> None:
+    uf = UnionFind(["x", "y", "z"])
+    uf.union("x", "y", 1, "x == y + 1")
+    uf.union("y", "z", 1, "y == z + 1")
+    with pytest.raises(Conflict) as info:
+        uf.union("x", "z", 3, "x == z + 3")
+    assert sorted(info.value.ids) == ["x == y + 1", "x == z + 3", "y == z + 1"]
+    uf.union("x", "z", 2, "x == z + 2")  # consistent: nothing happens
+    uf.bind("z", 0, "z == 0")
+    with pytest.raises(Conflict) as info:
+        uf.bind("x", 5, "x == 5")
+    assert sorted(info.value.ids) == ["x == 5", "x == y + 1", "y == z + 1", "z == 0"]
+
+
+def test_union_find_two_bound_classes() -> None:
+    uf = UnionFind(["a", "b", "c", "d"])
+    uf.bind("a", 1, "a == 1")
+    uf.union("b", "a", 0, "b == a")
+    uf.bind("c", 3, "c == 3")
+    uf.union("d", "c", 1, "d == c + 1")
+    uf.union("b", "c", -2, "b == c - 2")  # 1 == 3 - 2: consistent
+    assert [uf.value(x) for x in "abcd"] == [1, 1, 3, 4]
+    uf2 = UnionFind(["a", "b"])
+    uf2.bind("a", 1, "a == 1")
+    uf2.bind("b", 2, "b == 2")
+    with pytest.raises(Conflict) as info:
+        uf2.union("a", "b", 0, "a == b")
+    assert sorted(info.value.ids) == ["a == 1", "a == b", "b == 2"]
+
+
+@pytest.mark.parametrize("asserts, expected", [
+    (["x0 == y0 + 2", "z0 == y0 - 1", "z0 == 3"], ["x0 == 6", "y0 == 4", "z0 == 3"]),
+    (["x0 == y0 + 2", "z0 == x0"], ["y0 == x0 - 2", "x0 == z0"]),
+    (["n0 == x0 - 3", "x0 <= 2"], ["n0 == x0 - 3", "x0 <= 2"]),
+])
+def test_equalities_through_the_unifier(asserts: list[str], expected: list[str]) -> None:
+    assert exact(asserts, hi=6) == expected
+
+
+def test_size_forced_negative_is_a_contradiction() -> None:
+    with pytest.raises(UnsatisfiableGuardsError, match="size"):
+        simplify(graph("x0 == y0 - 3", "y0 == 1"))
+
+
+# -- the shapes a broadcast accepts ---------------------------------------------------------
+
+
+def _add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a + b
+
+
+def _same_trace(shapes: tuple[tuple[int, ...], ...], reference: str) -> bool:
+    """The oracle: eager runs at these shapes and re-tracing records the same guards."""
+    args = [torch.randn(s) for s in shapes]
+    try:
+        _add(*args)
+    except RuntimeError:
+        return False
+    return print_guards(guardsolve.trace(_add, *args).guard_graph()) == reference
+
+
+@pytest.mark.parametrize("example, values, accept, reject", [
+    (((4,), (4,)), range(0, 5), [((7,), (7,)), ((2,), (2,)), ((0,), (0,))], [((1,), (1,)), ((4,), (1,)), ((1,), (4,)), ((4,), (5,))]),
+    (((4,), (1,)), range(0, 5), [((7,), (1,)), ((0,), (1,)), ((2,), (1,))], [((1,), (1,)), ((4,), (4,)), ((1,), (4,))]),
+    (((4, 1), (1, 3)), (0, 1, 3), [((2, 1), (1, 5)), ((7, 1), (1, 2))],
+     [((4, 3), (1, 3)), ((4, 1), (4, 3)), ((1, 1), (1, 3)), ((4, 1), (1, 1)), ((4, 1), (1, 0)), ((0, 1), (1, 3))]),
+])
+def test_broadcast_accepts_exactly_the_shapes_of_its_path(example: tuple, values: range, accept: list,
+                                                          reject: list) -> None:
+    reference = print_guards(guardsolve.trace(_add, *[torch.randn(s) for s in example]).guard_graph())
+    gs = simplify(guardsolve.trace(_add, *[torch.randn(s) for s in example]))
+    for shapes in accept:
+        assert gs.check(*[torch.randn(s) for s in shapes]), shapes
+    for shapes in reject:
+        assert not gs.check(*[torch.randn(s) for s in shapes]), shapes
+    ranks = [len(s) for s in example]
+    for flat in itertools.product(values, repeat=sum(ranks)):
+        shapes = (tuple(flat[:ranks[0]]), tuple(flat[ranks[0]:]))
+        want = _same_trace(shapes, reference)
+        assert gs.check(*[torch.randn(s) for s in shapes]) == want, (shapes, texts(gs))
