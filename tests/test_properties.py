@@ -242,7 +242,28 @@ def division_graphs(draw: st.DrawFn) -> Graph:
     return g
 
 
+def _division_example(*lines: str, **point: int) -> Graph:
+    """An `@example` graph over division_graphs()'s dims, recorded at `point`."""
+    head = ["a0 = int_placeholder(name=a0)", "b0 = int_placeholder(name=b0)", "n0 = int_arg(name=n0)",
+            "n1 = int_arg(name=n1)"]
+    g = Graph.parse("\n".join(head + list(lines)))
+    g.meta["trace_dims"] = {"a0": 0, "b0": 0, "n0": 0, "n1": 0} | point
+    return g
+
+
+# NOTE: the issue's cases: `n0 == -3` with `n0 // 2 == -2` is satisfiable, and
+# `(2*n0 - 1) // 2 == n0 - 1` always holds (truncation would call them contradictory)
+_NEG3 = _division_example("i0 = int_const(val=-3)", "i1 = int_eq(n0, i0)", "bool_bailout(i1, expect=True)",
+                          "i2 = int_const(val=2)", "i3 = int_floordiv(n0, i2)", "i4 = int_const(val=-2)",
+                          "i5 = int_eq(i3, i4)", "bool_bailout(i5, expect=True)", n0=-3)
+_TWO_X = _division_example("i0 = int_const(val=2)", "i1 = int_mul(i0, n0)", "i2 = int_const(val=1)",
+                           "i3 = int_sub(i1, i2)", "i4 = int_floordiv(i3, i0)", "i5 = int_sub(n0, i2)",
+                           "i6 = int_eq(i4, i5)", "bool_bailout(i6, expect=True)", n0=-2)
+
+
 @given(division_graphs(), st.integers(0, 1000))
+@example(_NEG3, 0)
+@example(_TWO_X, 0)
 @settings(max_examples=examples(100))
 def test_floor_division_and_modulo_of_negatives_agree_with_python(g: Graph, seed: int) -> None:
     """Python's `//` and `%` (negative numerators, either sign of divisor) through normalize and
