@@ -149,3 +149,13 @@ def test_readme_library_examples_run() -> None:
 ])
 def test_output_matching(expected: str, actual: str, ok: bool) -> None:
     assert matches(expected, actual) is ok
+
+
+def test_inline_commands_are_run_or_templates() -> None:
+    """A `guardsolve ...` in the prose is either run by a ```sh block or a template (TARGET, FILE)."""
+    run = {c for b in shell_blocks() for c, _ in b.commands}
+    inline = re.findall(r"`(guardsolve [^`]+)`", FENCE.sub("", README))
+    assert inline
+    loose = [c for c in inline if c not in run and not re.search(r"\b[A-Z]{3,}\b", c)
+             and not any(r.startswith(c) for r in run)]
+    assert not loose, f"README commands that no test runs: {loose}"

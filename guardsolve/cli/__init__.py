@@ -102,20 +102,20 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _report(args: argparse.Namespace) -> int:
-    from guardsolve.cli.report import ReportInfo, dot_report, json_report, python_report, text_report
+    from guardsolve.cli.report import ReportInfo, dot_report, json_report, judgement, python_report, text_report
     from guardsolve.cli.targets import render_dot, write_output
     from guardsolve.solve.simplify import simplify
 
     loaded = _load(args)
     t0 = time.perf_counter()
-    gs = simplify(loaded.graph, timeout_ms=args.timeout_ms)
+    gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms)
     seconds = time.perf_counter() - t0
     if args.verify:
         gs.verify(timeout_ms=args.timeout_ms)
-    if args.dynamic:
-        gs.violations(args.dynamic)  # NOTE: validates the dim names before any output
     info = ReportInfo(loaded.target, loaded.inputs, loaded.graph, seconds, args.verify, args.dynamic,
                       loaded.target if loaded.from_file else None)
+    if args.dynamic:
+        judgement(gs, info)  # NOTE: validates the dim names before any output; the report reuses it
     if args.format == "dot":
         text = dot_report(gs)
         if args.output and not args.output.endswith(".dot"):
@@ -140,7 +140,7 @@ def _check(args: argparse.Namespace) -> int:
     from guardsolve.solve.simplify import simplify
 
     loaded = _load(args)
-    gs = simplify(loaded.graph, timeout_ms=args.timeout_ms)
+    gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms)
     shapes = args.at + (args.shape if loaded.from_file else [])
     dims = new_dims(gs, args.dims, shapes)
     failed = gs.first_failure(dims)

@@ -74,9 +74,10 @@ def json_report(gs: GuardSet, info: ReportInfo) -> str:
         "always_true": _sources(gs, list(gs.tautologies), info.graph_file),
         "value_guards": _sources(gs, list(gs.value_guards), info.graph_file),
         "undecided": list(gs.undecided),
+        "static": [g.text for g in gs.static],
     }
     if info.dynamic:
-        j = _judgement(gs, info)
+        j = judgement(gs, info)
         doc["dynamic"] = {
             "dims": list(info.dynamic),
             "example": j.example,
@@ -120,12 +121,27 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
         lines.append(f"not checkable from shapes alone: {gs._describe(i)}  at {gs._origin(i)}")
     for u in gs.undecided:
         lines.append(f"note: {u}")
+    if gs.static:
+        lines += ["", "checked first (not sizes):"] + [f"    {s}" for s in static_lines(gs)]
     if info.dynamic:
         lines += ["", *_dynamic_lines(gs, info)]
     return "\n".join(lines)
 
 
-def _judgement(gs: GuardSet, info: ReportInfo) -> Any:
+def static_lines(gs: GuardSet) -> list[str]:
+    """The static guards (dtype, device, layout, ...), one line per input they speak of.
+
+    >>> import torch, guardsolve
+    >>> static_lines(guardsolve.simplify(guardsolve.trace(lambda a: a * 2, torch.ones(3))))
+    ["a.dtype == torch.float32 and a.device == torch.device('cpu') and a.layout == torch.strided and not a.requires_grad"]
+    """
+    by_subject: dict[str, list[str]] = {}
+    for g in gs.static:
+        by_subject.setdefault(g.subject.split(".")[0].split("(")[0], []).append(g.text)
+    return [" and ".join(texts) for texts in by_subject.values()]
+
+
+def judgement(gs: GuardSet, info: ReportInfo) -> Any:
     """The --dynamic judgement, static dims at the example the trace recorded."""
     from guardsolve.solve.dynamic import example_dims
 
@@ -136,7 +152,7 @@ def _judgement(gs: GuardSet, info: ReportInfo) -> Any:
 def _dynamic_lines(gs: GuardSet, info: ReportInfo) -> list[str]:
     from guardsolve.solve.dynamic import render_point
 
-    j = _judgement(gs, info)
+    j = judgement(gs, info)
     static = [d for d in gs.dims if d not in j.dynamic]
     where = "chosen by z3" if j.example_from_z3 else "of the example"
     lines = [f"# declared dynamic: {', '.join(info.dynamic)}; static at the values {where}: "

@@ -31,6 +31,7 @@ class Loaded:
     target: str
     inputs: str
     from_file: bool = False
+    trace: Any = None  # the `Trace` of a function target: its static guards (dtype, device, ...)
 
 
 def parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
@@ -239,7 +240,7 @@ def load(target: str, shapes: Sequence[str] = (), ints: Sequence[str] = (),
         raise TargetError(f"{target} raised while tracing: {type(e).__name__}: {e} ({_user_frame(e)})") from e
     described = ", ".join(f"{n}={list(v.shape)}" if isinstance(v, torch.Tensor) else f"{n}={v}"
                           for n, v in zip(names, args))
-    return Loaded(t.graph, target, described)
+    return Loaded(t.graph, target, described, trace=t)
 
 
 def _user_frame(e: BaseException) -> str:
