@@ -162,9 +162,7 @@ def _examples() -> list[tuple[str, Callable[[], Any], Callable[[], tuple[Any, ..
 MODELS = _load("models").MODELS
 # NOTE: torch.export unrolls nn.LSTM over time and so specializes the sequence length; guardsolve
 # traces aten.lstm under its meta kernel, and its guards (exact: tests/test_models.py) accept any.
-# NOTE: and nn.TransformerEncoderLayer in eval mode traces its fused fast path, whose meta kernel
-# does not check d_model: guardsolve's guards miss `src2 == 16` (a tracer gap, not --dynamic's).
-TORCH_EXPORT_PINS = {("lstm", "all"): {"input1"}, ("transformer_layer", "all"): {"src2"}}
+TORCH_EXPORT_PINS = {("lstm", "all"): {"input1"}}
 # NOTE: torch.export answers PyTorch's "is this size 1?" questions about intermediate sizes (a
 # pooled height) size-obliviously, as it does for input dims; guardsolve keeps them as bounds.
 SIZE_ONE_BOUNDS = {("conv_net", "all"): {"x2", "x3"}}

@@ -37,7 +37,7 @@ def _hidden(out: Any) -> Any:
 @pytest.mark.parametrize("name, expected", [
     ("gpt2", ["input_ids0 >= 2", "input_ids1 >= 2"]),
     ("bert", ["input_ids0 >= 2", "input_ids1 <= 64", "input_ids1 >= 2"]),
-    ("transformer_layer", ["src0 >= 2", "src1 >= 2", "src2 >= 2"]),
+    ("transformer_layer", ["src2 == 16", "src0 >= 2", "src1 >= 2"]),
     ("lstm", ["input2 == 8", "input0 >= 2", "input1 >= 2"]),
     ("self_attention", ["x2 == 16", "x0 >= 2", "x1 >= 2"]),
     ("conv_net", None),
@@ -84,3 +84,21 @@ def test_lstm_report_pins_the_feature_size(capsys: pytest.CaptureFixture[str],
     assert main(["report", "examples/models.py:lstm", "--shape", "input=2,5,8"]) == 0
     out = capsys.readouterr().out
     assert "\ninput2 == 8\n" in out and "trace: " in out
+
+
+def test_fused_attention_ops_check_what_eager_checks() -> None:
+    """PyTorch's meta kernels of the fused inference kernels skip the embed_dim check eager makes;
+    the guards must still reject the widths eager rejects."""
+    layer = MODELS["transformer_layer"][0]()
+    mha = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    proj = (mha.in_proj_weight, mha.in_proj_bias, mha.out_proj.weight, mha.out_proj.bias)
+
+    def fused_mha(x: torch.Tensor) -> torch.Tensor:
+        return torch._native_multi_head_attention(x, x, x, 16, 2, *proj, need_weights=False)[0]
+
+    for fn in (layer, fused_mha):
+        with torch.no_grad():
+            gs = guardsolve.simplify(guardsolve.trace(fn, torch.randn(2, 6, 16)))
+            assert gs.check(torch.randn(3, 5, 16)) and not gs.check(torch.randn(2, 6, 17))
+            with pytest.raises(RuntimeError, match="embed_dim"):
+                fn(torch.randn(2, 6, 17))

@@ -55,6 +55,9 @@ class ShapeRules(TorchDispatchMode):
             out = _fast_unary(args, kwargs)
             if out is not None:
                 return out
+        check = _EAGER_CHECKS.get(func)
+        if check is not None:
+            check(*args, **kwargs)
         meta = meta_table.get(func)
         if meta is not None:
             with self:
@@ -144,6 +147,23 @@ _METADATA: dict[Any, Callable[..., Any]] = {
     _aten.sym_storage_offset.default: lambda t: t.storage_offset(),
     _aten.sym_numel.default: lambda t: t.numel(),
     _aten.is_contiguous.default: lambda t: t.is_contiguous(),
+}
+
+
+def _fused_attention_checks(query: torch.Tensor, embed_dim: Any) -> None:
+    torch._check(query.dim() == 3, lambda: f"expected 3-D `query`, got {query.dim()}-D tensor")
+    torch._check(query.size(2) == embed_dim,
+                 lambda: f"passed-in embed_dim {embed_dim} didn't match last dim of query {query.size(2)}")
+
+
+# NOTE: fused ops whose meta kernel checks less than their eager kernel does (PyTorch's meta for
+# `_transformer_encoder_layer_fwd` is `empty_like(src)`): the eager kernel's checks on the input,
+# so the guards reject what eager rejects (nn.TransformerEncoderLayer's and nn.MultiheadAttention's
+# inference fast paths).
+_EAGER_CHECKS: dict[Any, Callable[..., None]] = {
+    _aten._transformer_encoder_layer_fwd.default: lambda src, embed_dim, *_, **__: _fused_attention_checks(src, embed_dim),
+    _aten._native_multi_head_attention.default:
+        lambda query, key, value, embed_dim, *_, **__: _fused_attention_checks(query, embed_dim),
 }
 
 
