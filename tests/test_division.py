@@ -211,3 +211,14 @@ def test_traced_int_argument_divided_negative() -> None:
 
     gs = simplify(guardsolve.trace(f, torch.randn(3), -3))
     assert [gs.check(torch.randn(3), n) for n in (-3, -1, 0, 2)] == [True, True, False, False]
+
+
+@pytest.mark.parametrize("kind", ["floordiv", "mod"])
+def test_a_divisor_that_is_not_constant_stays_opaque(kind: str) -> None:
+    """`n // (y + 1)`: the divisor's constant term is no constant divisor."""
+    for num in (x, x.scale(2) - C(1), C(7)):
+        p = divide(kind, num, y + C(1))
+        assert isinstance(next(iter(p.atoms())), Div), p
+        for xv, yv in itertools.product(range(-5, 6), [-3, -2, 1, 2, 4]):
+            n = poly_value(num, {"x": xv})
+            assert poly_value(p, {"x": xv, "y": yv}) == (n // (yv + 1) if kind == "floordiv" else n % (yv + 1))
