@@ -397,3 +397,19 @@ def test_broadcast_accepts_exactly_the_shapes_of_its_path(example: tuple, values
         shapes = (tuple(flat[:ranks[0]]), tuple(flat[ranks[0]:]))
         want = _same_trace(shapes, reference)
         assert gs.check(*[torch.randn(s) for s in shapes]) == want, (shapes, texts(gs))
+
+
+def test_reduce_component_sets_its_timeout_on_the_solver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every solver call has a timeout (unknown is then a result, see test_simplify)."""
+    import z3
+
+    seen: list[tuple] = []
+    real = z3.Solver.set
+
+    def record(self: z3.Solver, *args: object, **kwargs: object) -> None:
+        seen.append(args)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(z3.Solver, "set", record)
+    _reduce(["x * x >= 4", "x >= 2"])
+    assert seen == [("timeout", 5000)]
