@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 pytest.importorskip("expecttest")  # NOTE: torch.testing._internal needs it (the test extra)
@@ -40,6 +41,23 @@ def test_op(name: str) -> None:
 @pytest.mark.parametrize("name", sweep.FAST_MODULES)
 def test_module(name: str) -> None:
     _check(list(sweep.module_samples(_MODULES[name], 2)))
+
+
+@pytest.mark.parametrize("name", sweep.FAST_OPS + sweep.FAST_MODULES)
+def test_compiled_replay_equals_eager(name: str) -> None:
+    """The straight-line replay a cache hit runs (direct op calls where it can) gives eager's output."""
+    import guardsolve
+    from guardsolve.trace.replay import compile_replay
+
+    samples = list(sweep.op_samples(_OPS[name], 2) if name in _OPS else sweep.module_samples(_MODULES[name], 2))
+    for s in samples:
+        expected = sweep._seeded(s.fn, s.inputs)
+        if not sweep._deterministic(s.fn, s.inputs, expected):
+            continue
+        t = guardsolve.trace(s.fn, *s.inputs)
+        replay = compile_replay(t.graph, t.out_spec, t.constants)
+        torch.manual_seed(0)
+        assert sweep._compare(expected, replay(*s.inputs), True) is None, replay.__source__
 
 
 @pytest.mark.slow

@@ -10,6 +10,10 @@ Int/size nodes are emitted only when a tensor op or the output needs them.
 def replay(a, b):
     v0 = k_v0(a, b)
     return v0
+
+A call whose op returns tensors as the trace recorded them runs as a direct call of the op's
+C++ entry point (`k_v0` is `aten.add.Tensor`'s), its arguments written out as Python; any other
+call goes through `compile_call`, which substitutes and flattens at run time.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import torch
 from guardsolve.errors import GuardFailure, InputMismatchError
 from guardsolve.guards.shape import guard_graph, signature_of, uses_pytorch_rules
 from guardsolve.guards.shape import value_bailouts
+from guardsolve.ir.aten import Ref, refs, resolve
 from guardsolve.ir.concrete import TENSOR_RULES, compile_call, run_concrete
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.node import Node
@@ -111,13 +116,45 @@ def _lines(graph: Graph, out_spec: Any) -> tuple[list[str], dict[str, Any]]:
         elif n.op is Op.SIZE_CTOR:
             body.append(f"{out} = (" + "".join(f"{x}, " for x in n.inputs) + ")")
         elif n.op is Op.ATEN:
-            ns[f"k_{out}"] = compile_call(**n.params, outputs=len(n.outputs))
-            body.append(f"{', '.join(n.outputs)} = k_{out}({', '.join(n.inputs)})")
+            direct = _direct_call(n, ns)
+            if direct is not None:
+                body.append(direct)
+            else:
+                ns[f"k_{out}"] = compile_call(**n.params, outputs=len(n.outputs))
+                body.append(f"{', '.join(n.outputs)} = k_{out}({', '.join(n.inputs)})")
         else:
             ns[f"k_{out}"] = partial(TENSOR_RULES[n.op], **n.params) if n.params else TENSOR_RULES[n.op]
             body.append(f"{out} = k_{out}({', '.join(n.inputs)})")
     body.append(f"return {_spec_source(out_spec, ns)}")
     return body, ns
+
+
+def _direct_call(n: Node, ns: dict[str, Any]) -> str | None:
+    """`v3 = k_v3(v1, [i2, -1], dim=0)` calling the op's C++ entry point, when the op returns
+    exactly the tensors the node names (one `Tensor`, or a tuple of `Tensor`s); else None."""
+    func = resolve(str(n.params["fn"]))
+    returns = func._schema.returns
+    if not returns or len(returns) != len(n.outputs) or any(str(r.type) != "Tensor" for r in returns):
+        return None
+    out = n.outputs[0]
+    parts = [_arg_source(a, ns, f"c_{out}_{j}") for j, a in enumerate(n.params["args"])]
+    parts += [f"{k}={_arg_source(v, ns, f'c_{out}_{k}')}" for k, v in n.params["kwargs"].items()]
+    ns[f"k_{out}"] = func._op
+    return f"{', '.join(n.outputs)} = k_{out}({', '.join(parts)})"
+
+
+def _arg_source(x: Any, ns: dict[str, Any], name: str) -> str:
+    """Python for one argument: a value's name, a list or tuple holding names, or a constant
+    bound in the namespace (never the printed text, which is not Python for dtypes and devices)."""
+    if isinstance(x, Ref):
+        return x.name
+    if isinstance(x, (list, tuple)) and refs(x):
+        items = [_arg_source(e, ns, f"{name}_{j}") for j, e in enumerate(x)]
+        return f"[{', '.join(items)}]" if isinstance(x, list) else f"({''.join(i + ', ' for i in items)})"
+    if x is None or type(x) in (bool, int):
+        return repr(x)
+    ns[name] = x
+    return name
 
 
 def _fail(node: Node) -> None:
