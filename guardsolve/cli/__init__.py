@@ -8,8 +8,10 @@ a saved trace in the printed IR (`add.gs` holds `i6 = int_eq(i0, i1)`, `bool_bai
     guardsolve report examples/notebook.py:add --shape a=4 --shape b=4 [--format json] [--dynamic a0]
     guardsolve trace examples/notebook.py:add --shape a=4 --shape b=4 -o add.gs
     guardsolve check add.gs --shape a=4 --shape b=8         # exit 0: guards hold, 1: they fail
+    guardsolve check examples/notebook.py:add --shape a=4 --shape b=4 --dims a0=5,b0=5
 
-Errors print one line on stderr and exit with status 2 (`--debug` shows the traceback).
+Errors print one line on stderr and exit with status 2 (a bug in guardsolve: 3; `--debug` shows
+the traceback). `--help` and `--version` import neither torch nor z3.
 """
 
 from __future__ import annotations
