@@ -374,7 +374,8 @@ def test_value_guards_flag(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
     script = tmp_path / "data.py"
     script.write_text("def f(x):\n    if x.sum() > 0:\n        return x + 1\n    return x - 1\n")
     assert main(["report", f"{script}:f", "--shape", "x=4"]) == 2
-    assert "data.py:2" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "data.py:2" in err and "--value-guards on the command line" in err
     assert main(["report", f"{script}:f", "--shape", "x=4", "--value-guards"]) == 0
     assert "not checkable from shapes alone" in capsys.readouterr().out
 

@@ -252,7 +252,8 @@ class TracingMode(TorchDispatchMode):
             return func(*args, **kwargs)
         if not self.rec.value_guards:
             raise DataDependentError(f"{what} reads tensor data, which shape guards cannot check{self._at()}; "
-                                     "pass value_guards=True to trace() to record a value bailout")
+                                     "pass value_guards=True to trace() (--value-guards on the command line) "
+                                     "to record a value bailout")
         real_args, real_kwargs = tree_unflatten([self._real(a) for a in tree_flatten((args, kwargs))[0]],
                                                 tree_flatten((args, kwargs))[1])
         with _disable_current_modes():
