@@ -19,6 +19,8 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
+from guardsolve.errors import GuardFailure, InterpretError
+from guardsolve.ir.concrete import run_concrete
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 
@@ -107,6 +109,25 @@ class _Builder:
         a = self.int_expr(1)
         b = self.int_expr(1) if self.rng.random() < 0.6 else self.const(0, 5)
         return self.emit(op, (a, b), _PY[op](self.val[a], self.val[b]))
+
+
+def accepts(graph: Graph, env: dict[str, int]) -> bool:
+    """The oracle: does the original guard graph, interpreted concretely, accept these dims?
+    A division by zero rejects; any other interpreter error is a bug and propagates.
+
+    >>> g = random_guard_graph(random.Random(0), n_bailouts=3)
+    >>> accepts(g, dict(g.meta["trace_dims"]))
+    True
+    """
+    try:
+        run_concrete(graph, env)
+        return True
+    except GuardFailure:
+        return False
+    except InterpretError as e:
+        if isinstance(e.__cause__, ZeroDivisionError):
+            return False
+        raise
 
 
 def random_guard_graph(rng: random.Random, *, n_bailouts: int = 6, tensors: int = 2, rank: int = 2,

@@ -17,13 +17,13 @@ import torch
 
 import guardsolve
 from guardsolve import Graph, UnsatisfiableGuardsError, simplify
-from guardsolve.errors import InterpretError
 from guardsolve.guards.expr import Poly, rel
 from guardsolve.ir.ops import Op
 from guardsolve.ir.printer import print_guards
 from guardsolve.solve.order import Z, OrderLayer
 from guardsolve.solve.smt import reduce_component
 from guardsolve.solve.unify import Conflict, UnionFind
+from guardsolve.testing import accepts
 
 _BIN = {ast.Add: Op.INT_ADD, ast.Sub: Op.INT_SUB, ast.Mult: Op.INT_MUL, ast.FloorDiv: Op.INT_FLOORDIV,
         ast.Mod: Op.INT_MOD}
@@ -71,16 +71,6 @@ def texts(gs: guardsolve.GuardSet) -> list[str]:
     return [str(c) for c in gs]
 
 
-def accepted(g: Graph, env: dict[str, int]) -> bool:
-    try:
-        guardsolve.run_concrete(g, env)
-        return True
-    except guardsolve.GuardFailure:
-        return False
-    except InterpretError:
-        return False
-
-
 def exact(asserts: list[str], sizes: str = "x0 y0 z0", ints: str = "n0", lo: int = -1, hi: int = 7) -> list[str]:
     """simplify()'s guards, after checking them against the original bailouts at every point of
     a small grid (sizes from 0, int args from `lo`), and z3's proof of equivalence and minimality."""
@@ -89,7 +79,7 @@ def exact(asserts: list[str], sizes: str = "x0 y0 z0", ints: str = "n0", lo: int
     dims = sizes.split() + ints.split()
     for values in itertools.product(*[range(0 if d in sizes.split() else lo, hi) for d in dims]):
         env = dict(zip(dims, values))
-        assert gs.check_dims(env) == accepted(g, env), (env, texts(gs))
+        assert gs.check_dims(env) == accepts(g, env), (env, texts(gs))
     return texts(gs)
 
 
