@@ -51,3 +51,18 @@ def test_runner_quick_sections() -> None:
                           "--no-write"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert "## models (examples/)" in out.stdout and "MET: check (notebook add)" in out.stdout
+
+
+def test_depth_sweep_quick_run(tmp_path: pathlib.Path) -> None:
+    """`depth.py --quick`: GPT-2 at 1 and 2 layers, once, to a temporary file; the script runs, not timings."""
+    pytest.importorskip("transformers")
+    report = tmp_path / "depth.md"
+    out = subprocess.run([sys.executable, str(BENCH / "depth.py"), "--quick", "-o", str(report)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    text = report.read_text()
+    assert "## GPT-2 depth sweep" in text and "| layers | aten ops |" in text
+    rows = [line for line in text.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert len(rows) == 2, text
+    assert "simplify time grows no faster than linearly with depth" in text
+    assert "under cProfile" in text and "ncalls" in text
