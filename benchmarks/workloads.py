@@ -34,6 +34,7 @@ def mixed_guard_graph(n: int, seed: int = 0) -> Graph:
     vals, comps = mixed_comparisons(n, seed)
     g = Graph()
     names = [g.emit(Op.INT_PLACEHOLDER, (), name=f"x{i}") for i in range(n)]
+    g.meta["example"] = dict(zip(names, vals))  # NOTE: as a trace records its example sizes
     consts: dict[int, str] = {}
     for op, i, j in comps:
         if isinstance(j, tuple):
@@ -62,6 +63,7 @@ def scale_guard_graph(n_bailouts: int, seed: int = 0, group: int = 8) -> Graph:
         base = [rng.choice([2, 3, 4, 8, 16]) for _ in range(group)]
         vals = [base[i] if i % 3 else base[max(0, i - 1)] for i in range(group)]
         names = [g.emit(Op.INT_PLACEHOLDER, (), name=f"g{k}_{i}") for i in range(group)]
+        g.meta.setdefault("example", {}).update(zip(names, vals))  # NOTE: as a trace records them
         k += 1
         for expr, value in _group_guards(rng, g, names, vals):
             g.emit(Op.BOOL_BAILOUT, (expr,), expect=value)

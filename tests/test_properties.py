@@ -28,9 +28,20 @@ from guardsolve.testing import accepts, examples, random_guard_graph
 
 def graph(seed: int, n: int, tensors: int, nonlinear: bool, small: bool, signed: bool = False,
           int_args: int = 1) -> Graph:
-    return random_guard_graph(random.Random(seed), n_bailouts=n, tensors=tensors, nonlinear=nonlinear,
-                              max_size=3 if small else 6, rank=3 if small else 2, signed=signed,
-                              int_args=int_args)
+    g = random_guard_graph(random.Random(seed), n_bailouts=n, tensors=tensors, nonlinear=nonlinear,
+                           max_size=3 if small else 6, rank=3 if small else 2, signed=signed,
+                           int_args=int_args)
+    return with_example(g, seed)
+
+
+def with_example(g: Graph, seed: int) -> Graph:
+    """Some graphs carry their recording point as `meta["example"]`, as traces do (simplify then
+    starts from it instead of a solver model); some carry a wrong one, which it must not trust."""
+    if seed % 3 == 1:
+        g.meta["example"] = dict(g.meta["trace_dims"])
+    elif seed % 3 == 2:
+        g.meta["example"] = {d: v + (seed >> 2) % 3 - 1 for d, v in g.meta["trace_dims"].items()}
+    return g
 
 
 graphs = st.builds(graph, st.integers(0, 2**32), st.integers(1, 12), st.integers(1, 3), st.booleans(),
@@ -180,7 +191,8 @@ def difference_graphs(draw: st.DrawFn) -> Graph:
             rhs = g.emit(Op.INT_ADD, (b, g.emit(Op.INT_CONST, (), val=off)))
             value = point[b] + off
         g.emit(Op.BOOL_BAILOUT, (g.emit(op, (a, rhs)),), expect=ops[op](point[a], value))
-    return g
+    g.meta["trace_dims"] = point
+    return with_example(g, draw(st.integers(0, 11)))
 
 
 @given(difference_graphs())
@@ -227,7 +239,7 @@ def division_graphs(draw: st.DrawFn) -> Graph:
         cmp = draw(st.sampled_from(sorted(_CMPS, key=str)))
         g.emit(Op.BOOL_BAILOUT, (g.emit(cmp, (q, rhs)),), expect=_CMPS[cmp](value, other))
     g.meta["trace_dims"] = point
-    return g
+    return with_example(g, draw(st.integers(0, 11)))
 
 
 def _division_example(*lines: str, **point: int) -> Graph:

@@ -212,8 +212,10 @@ class Recorder:
         return node.t
 
     def input_dim(self, name: str, hint: int, kind: Op, tensor: str | None, index: int) -> "SymGuard":
-        """A placeholder dim `name` of the guard graph."""
+        """A placeholder dim `name` of the guard graph; its example value goes to `meta["example"]`
+        (every recorded bailout holds there, so simplify starts from it instead of a solver model)."""
         self.guards.emit(kind, (), out=name, name=name)
+        self.guards.meta.setdefault("example", {})[name] = hint
         return SymGuard(self, hint, int, name, origin=(tensor, Op.VAR_SIZE, index) if tensor is not None else None,
                         t=name if tensor is None else None)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import networkx as nx
-import z3
+
 
 from guardsolve.errors import UnsatisfiableGuardsError
 from guardsolve.guards.expr import FALSE, TRUE, Formula, Poly, Rel, cancel, conjuncts, substitute
@@ -27,7 +27,7 @@ from guardsolve.ir.graph import Graph
 from guardsolve.solve.constraint import Constraint, DimOrder, render_eq, render_formula, render_ne, render_order
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.order import Z, OrderLayer, needs_solver
-from guardsolve.solve.smt import reduce_component
+from guardsolve.solve.smt import Contexts, reduce_component
 from guardsolve.solve.unify import Conflict, UnionFind
 from guardsolve.trace.gcpause import paused_gc
 
@@ -149,11 +149,9 @@ class Simplifier:
         kept_general = general
         background_of = {e.u: e for e in layer.edges.values() if e.background}
         hard = self._components(kept_edges, kept_diseqs, kept_general, background_of)
-        ctx: z3.Context | None = None
+        contexts = Contexts()
         removed: set[int] = set()  # ids of the items z3 found implied
-        for k, (comp_edges, comp_diseqs, comp_general) in enumerate(hard):
-            if k % 128 == 0:  # NOTE: share a context (costly to make) but let it not grow forever
-                ctx = z3.Context()
+        for comp_edges, comp_diseqs, comp_general in hard:
             items: list[tuple[Formula, str, Prov, Any]] = []
             # NOTE: removal is tried on the most complex constraints first, so that of two
             # equivalent guards the simpler one survives.
@@ -167,7 +165,8 @@ class Simplifier:
             # NOTE: `size >= 0` of dims substituted away survives as a bound on their representative.
             background = [self._le_formula(e.u, e.v, e.w) for d in dims if (e := background_of.get(d)) is not None]
             red = reduce_component([i[0] for i in items], self.sizes, self.timeout_ms, [i[1] for i in items],
-                                   lambda idx: self.fail([items[j][2] for j in idx]), background, ctx)
+                                   lambda idx: self.fail([items[j][2] for j in idx]), background,
+                                   contexts, self.graph.meta.get("example"))
             undecided += red.undecided
             for j in red.removed:
                 implied |= items[j][2]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
-from guardsolve.guards.expr import Div, Formula, Poly, Rel, negate
+from guardsolve.guards.expr import Div, Formula, Poly, Rel, negate, rel  # noqa: F401 - rel: doctest
 from guardsolve.solve.constraint import DimOrder, render_formula
 
 
@@ -86,8 +86,29 @@ class Witnesses:
     `active` true, or None.
     """
 
+    @classmethod
+    def at(cls, formulas: Sequence[Formula], extra: Iterable[Formula], sizes: set[str],
+           point: Mapping[str, int]) -> "Witnesses | None":
+        """Witnesses around `point` when it is a model (every formula, extra and `size >= 0`
+        holds there, by Python's arithmetic), else None: a trace's example sizes replace z3's
+        first model.
+
+        >>> x = Poly.var("x")
+        >>> Witnesses.at([rel("ne", x, Poly.const(1))], [], {"x"}, {"x": 4}) is not None
+        True
+        >>> Witnesses.at([rel("ne", x, Poly.const(1))], [], {"x"}, {"x": 1}) is None
+        True
+        """
+        if any(v < 0 and d in sizes for d, v in point.items()):
+            return None
+        w = cls(formulas, extra, sizes, point, spread=False)
+        if not all(_holds(fn) for fn in w.fns) or not all(_holds(fn) for fns in w.extra.values() for fn in fns):
+            return None
+        w._spread()
+        return w
+
     def __init__(self, formulas: Sequence[Formula], extra: Iterable[Formula], sizes: set[str],
-                 model: Mapping[str, int]):
+                 model: Mapping[str, int], *, spread: bool = True):
         self.formulas = list(formulas)
         extra = list(extra)
         self.sizes = sizes
@@ -105,7 +126,8 @@ class Witnesses:
         for f, fn in zip(extra, fns[len(self.formulas):]):
             for d in f.dims():
                 self.extra.setdefault(d, []).append(fn)
-        self._spread()
+        if spread:
+            self._spread()
 
     @property
     def model(self) -> dict[str, int]:
