@@ -40,9 +40,12 @@ class SourceLoc:
         return f"{self.short_file}:{self.line}" + (f"  {self.code}" if self.code else "")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
-    """One ANF node: `outputs = op(inputs, params)`; `meta` is outside the text and equality."""
+    """One ANF node: `outputs = op(inputs, params)`; `meta` is outside the text and equality.
+
+    Slotted: a large guard graph holds millions of nodes.
+    """
 
     op: Op
     inputs: tuple[str, ...]

@@ -20,6 +20,7 @@ from guardsolve.guards.expr import Const, Div, Formula, Or, Poly, Rel
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.interp import RuleTable, interpret
 from guardsolve.ir.ops import Op
+from guardsolve.solve.bounded import Boxes
 from guardsolve.solve.witness import Witnesses
 
 
@@ -250,9 +251,16 @@ def reduce_component(formulas: Sequence[Formula], sizes: set[str], timeout_ms: i
             witnesses = Witnesses(formulas, background, sizes, point)
     active = set(range(len(formulas)))
     removed: list[int] = []
+    boxes = Boxes(witnesses, background) if witnesses is not None else None
     for i in range(len(formulas)):
         if witnesses is not None and witnesses.find(i, active) is not None:
             continue  # NOTE: a concrete point proves `formulas[i]` irredundant; no solver call
+        verdict = boxes.decide(i, active) if boxes is not None else None
+        if verdict is not None:
+            if verdict:  # NOTE: no point of a small box breaks it: implied, no solver call
+                active.discard(i)
+                removed.append(i)
+            continue
         s = lazy.solver()
         others = [lazy.track[j] for j in sorted(active) if j != i]
         r = s.check(*others, lazy.neg[i])

@@ -122,6 +122,7 @@ class Witnesses:
         for i, f in enumerate(self.formulas):
             for d in f.dims():
                 self.users.setdefault(d, []).append(i)
+        self.extra_fns: list[Callable[[], object]] = list(fns[len(self.formulas):])
         self.extra: dict[str, list[Callable[[], object]]] = {}
         for f, fn in zip(extra, fns[len(self.formulas):]):
             for d in f.dims():

@@ -1,0 +1,179 @@
+"""Exact redundancy answers without z3 where a constraint's failure leaves only a few points.
+
+To ask whether `f` is implied by the others, look at where `f` fails: bound propagation over the
+linear constraints (the others, `not f`, `size >= 0`, background facts) gives each dim an
+interval. Dims with a finite interval span a box; when it holds few points, enumerate it with
+Python's arithmetic (the guards' semantics). If no point of the box satisfies the constraints
+that mention only boxed dims, nothing satisfies the others with `f` false: `f` is implied. If
+the box covers every dim and a point satisfies everything with `f` false, `f` is irredundant.
+Otherwise the caller asks z3. Dropping constraints only widens the region, so every "implied"
+is a proof; every "irredundant" comes with its point.
+
+    x % 2 == 0, y <= x - 1, x != 1      `x != 1` fails only at x = 1, where y <= 0 and
+                                        1 % 2 == 0 is false: implied, no solver call
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Sequence
+
+from guardsolve.guards.expr import Formula, Rel, negate
+from guardsolve.solve.witness import Witnesses, _holds
+
+Linear = tuple[dict[str, int], int, str]  # sum(c*x) + k  op  0, op in {"le", "eq"}
+INF = math.inf
+
+
+def linear(f: Formula) -> Linear | None:
+    """`f` as (coefficients, constant, op) when it is a linear `<=` or `==`, else None."""
+    if not isinstance(f, Rel) or f.op not in ("le", "eq"):
+        return None
+    coef: dict[str, int] = {}
+    k = 0
+    for m, c in f.poly.terms:
+        if not m:
+            k = c
+        elif len(m) == 1 and isinstance(m[0], str):
+            coef[m[0]] = c
+        else:
+            return None
+    return coef, k, f.op
+
+
+def propagate(constraints: Sequence[Linear], lo: dict[str, float], hi: dict[str, float], rounds: int = 6) -> bool:
+    """Tighten the intervals `lo`/`hi` in place; False when they become empty (no point at all).
+
+    >>> lo, hi = {"x": 0, "y": 0}, {"x": INF, "y": INF}
+    >>> propagate([({"x": 1}, -1, "le"), ({"y": 1, "x": -1}, 1, "le")], lo, hi), hi
+    (True, {'x': 1, 'y': 0})
+    """
+    rows = [(c, k) for c, k, op in constraints] + [({x: -a for x, a in c.items()}, -k)
+                                                     for c, k, op in constraints if op == "eq"]
+    for _ in range(rounds):
+        changed = False
+        for coef, k in rows:  # sum(a*x) + k <= 0
+            low = [a * (lo[x] if a > 0 else hi[x]) for x, a in coef.items()]  # each term's minimum
+            finite = [v for v in low if v != -INF]
+            if len(low) - len(finite) > 1:
+                continue
+            total = sum(finite)
+            for (x, a), v in zip(coef.items(), low):
+                if v == -INF:
+                    rest = total
+                elif len(finite) < len(low):
+                    continue  # NOTE: another term is unbounded below: nothing to learn for x
+                else:
+                    rest = total - v
+                bound = int(-k - rest)  # a*x <= bound
+                if a > 0:
+                    if bound // a < hi[x]:
+                        hi[x], changed = bound // a, True
+                elif -(bound // -a) > lo[x]:  # x >= ceil(bound / a) = -floor(bound / -a)
+                    lo[x], changed = -(bound // -a), True
+                if lo[x] > hi[x]:
+                    return False
+        if not changed:
+            break
+    return True
+
+
+class Boxes:
+    """Decides `is formulas[i] implied by the active others?` by enumerating small boxes."""
+
+    def __init__(self, w: Witnesses, background: Sequence[Formula], limit: int = 64):
+        self.w = w
+        self.limit = limit
+        self.lin = [linear(f) for f in w.formulas]
+        self.neg_lin = [linear(negate(f)) if isinstance(f, Rel) and f.op != "eq" else None for f in w.formulas]
+        self.background = [b for b in (linear(f) for f in background) if b is not None]
+        self.bg_fns = [(f.dims(), fn) for f, fn in zip(background, w.extra_fns)]
+        self.dims = sorted(set(w.users) | {d for f in background for d in f.dims()})
+        self.fdims = [f.dims() for f in w.formulas]
+
+    def decide(self, i: int, active: set[int]) -> bool | None:
+        """True: implied (no point exists). False: irredundant (a point exists). None: ask z3."""
+        lo: dict[str, float] = {d: (0 if d in self.w.sizes else -INF) for d in self.dims}
+        hi: dict[str, float] = {d: INF for d in self.dims}
+        rows = [self.lin[j] for j in active if j != i and self.lin[j] is not None] + self.background
+        if self.neg_lin[i] is not None:
+            rows.append(self.neg_lin[i])  # type: ignore[arg-type]
+        if not propagate(rows, lo, hi):  # type: ignore[arg-type]
+            return True
+        if self._clamped_point(i, active, lo, hi):
+            return False
+        boxed = [d for d in self.dims if lo[d] != -INF and hi[d] != INF]
+        # NOTE: first the box of f's own dims (often one pinned dim), then every boxed dim
+        own = [d for d in boxed if d in self.fdims[i]]
+        for dims in ([own] if own and len(own) < len(boxed) else []) + [boxed]:
+            if dims and math.prod(int(hi[d] - lo[d] + 1) for d in dims) <= self.limit:
+                verdict = self._enumerate(i, active, dims, lo, hi)
+                if verdict is not None:
+                    return verdict
+        return None
+
+    def _clamped_point(self, i: int, active: set[int], lo: dict[str, float], hi: dict[str, float]) -> bool:
+        """Does the current point, moved into the intervals and then nudged (a dim of each
+        broken formula by +-1 or +-2), break only `formulas[i]`? A witness that one-dim moves
+        miss when a chain of bounds must move together."""
+        env = self.w.env
+        saved = {d: env[d] for d in self.dims}
+        others = [j for j in active if j != i]
+
+        def broken() -> list[int] | None:
+            if _holds(self.w.fns[i]) is not False or not all(_holds(fn) for _, fn in self.bg_fns):
+                return None
+            return [j for j in others if not _holds(self.w.fns[j])]
+
+        try:
+            env.update({d: int(min(max(saved[d], lo[d]), hi[d])) for d in self.dims})  # type: ignore[call-overload]
+            bad = broken()
+            for _ in range(4):
+                if bad is None or not bad:
+                    break
+                best = None
+                for d in sorted(self.fdims[bad[0]]):
+                    here = env[d]
+                    for v in (here + 1, here + 2, here - 1, here - 2):  # type: ignore[operator]
+                        if lo[d] <= v <= hi[d]:
+                            env[d] = v
+                            now = broken()
+                            if now is not None and (best is None or len(now) < len(best[2])):
+                                best = (d, v, now)
+                    env[d] = here
+                if best is None or len(best[2]) >= len(bad):
+                    break
+                env[best[0]] = best[1]
+                bad = best[2]
+            return bad == []
+        finally:
+            env.update(saved)
+
+    def _enumerate(self, i: int, active: set[int], boxed: list[str], lo: dict[str, float],
+                   hi: dict[str, float]) -> bool | None:
+        inside = set(boxed)
+        checks = [self.w.fns[j] for j in sorted(active) if j != i and self.fdims[j] <= inside]
+        checks += [fn for dims, fn in self.bg_fns if dims <= inside]
+        fails_i = self.fdims[i] <= inside
+        complete = inside >= set(self.dims)
+        env = self.w.env
+        saved = {d: env[d] for d in boxed}
+        try:
+            for values in itertools.product(*(range(int(lo[d]), int(hi[d]) + 1) for d in boxed)):
+                env.update(zip(boxed, values))
+                held = [_holds(fn) for fn in checks]
+                if None in held:
+                    return None  # NOTE: a division by zero somewhere: leave it to z3
+                if not all(held):
+                    continue
+                if not fails_i:
+                    return None  # NOTE: a point of the others; whether `f` can fail there is open
+                f_here = _holds(self.w.fns[i])
+                if f_here is None:
+                    return None
+                if not f_here:
+                    return False if complete else None
+            return True
+        finally:
+            env.update(saved)
