@@ -441,3 +441,18 @@ def test_an_interrupted_trace_evicts_nothing() -> None:
         f(torch.ones(4, 2), 1)
     assert f.entries is before and f.cache_info().evictions == 0
     assert torch.equal(f(x, 0), x + 1) and f.cache_info().hits == 1
+
+
+def test_contiguous_of_a_strided_input_aliases_as_eager_does() -> None:
+    # `contiguous()` copies a strided input and returns a contiguous one itself: an entry traced
+    # on a strided input must not serve a contiguous one (its replay would copy)
+    @guardsolve.guarded
+    def f(x):
+        y = x.contiguous()
+        y.add_(1)
+        return y.sum()
+
+    for x in (torch.zeros(10)[::2], torch.zeros(5), torch.zeros(14)[::2], torch.zeros(7)):
+        expected = x.clone() + (1 if x.is_contiguous() else 0)
+        assert f(x).item() == x.numel() and torch.equal(x, expected), x.stride()
+    assert f.cache_info().hits == 2

@@ -141,6 +141,45 @@ def test_view_with_an_int_argument_rejects_what_eager_rejects() -> None:
     assert gs.check(torch.randn(6, 5), 2) is True and gs.check(torch.randn(8, 3), 4) is True
 
 
+
+# -- layout: what a trace assumes about its inputs' strides and storage offsets -------------------
+
+
+@pytest.mark.parametrize("offset", [None, 0, 10], ids=["own-offset", "offset-0", "offset-10"])
+def test_as_strided_on_a_partial_view_observes_no_layout(offset) -> None:  # type: ignore[no-untyped-def]
+    # op_db's as_strided.partial_views: as_strided replaces the strides, and the replay runs it on
+    # the new input itself, so a fresh tensor of another size traces the same
+    def fn(x):
+        return torch.as_strided(x, (2, 2), (1, 2), offset)
+
+    x = torch.randn(20)[5:15]
+    t = guardsolve.trace(fn, x)
+    assert torch.equal(t.output, fn(x))
+    assert guardsolve.simplify(t).check(torch.randn(16)) is True
+    assert exactness_failures(fn, (x,), count=6) == []
+
+
+def test_a_partial_views_storage_offset_is_its_own() -> None:
+    x = torch.randn(20)[5:15]
+    t = guardsolve.trace(lambda x: x.new_zeros(x.storage_offset()), x)
+    assert t.output.shape == (5,)
+    gs = guardsolve.simplify(t)
+    assert gs.check(torch.randn(30)[5:17]) is True and gs.check(torch.randn(12)) is False
+
+
+def test_a_decision_on_a_strided_inputs_strides_pins_them() -> None:
+    # `contiguous()` copies a strided input and returns a contiguous one itself: the trace of a
+    # strided input holds only at its strides (op_db's embedding_bag on non-contiguous indices)
+    weight, offsets = torch.randn(10, 5), torch.tensor([0, 3])
+    strided = torch.arange(10)[::2]
+    for fn in (lambda idx: idx.contiguous() + 1, lambda idx: F.embedding_bag(idx, weight, offsets)):
+        gs = guardsolve.simplify(guardsolve.trace(fn, strided))
+        assert gs.check(torch.arange(14)[::2]) is True
+        assert gs.check(torch.arange(7)) is False
+        assert exactness_failures(fn, (strided,), count=6) == []
+    with_weight = (torch.randn(10, 5), strided)
+    assert exactness_failures(lambda w, idx: F.embedding_bag(idx, w, offsets), with_weight, count=6) == []
+
 # -- re-execution ----------------------------------------------------------------------------------
 
 

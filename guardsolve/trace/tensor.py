@@ -30,14 +30,13 @@ _aten = torch.ops.aten
 _READS_DATA = {_aten._local_scalar_dense.default: ".item()", _aten.is_nonzero.default: "bool(tensor)",
                _aten.equal.default: "torch.equal"}
 _META = torch.device("meta")
-# Ops whose eager result depends on the input's strides beyond its values: a view that needs
-# compatible strides (eager raises otherwise), or one that reads the storage layout directly.
+# Views that need compatible strides (eager raises otherwise): the trace holds only for inputs
+# laid out as the example's.
+# NOTE: `as_strided` and `set_` are not among them: they replace a tensor's strides without
+# reading them, their sizes are their arguments, and a replay runs them on the new input itself.
 _LAYOUT_OPS = frozenset(f for f in (
     _aten.view.default, _aten.view.dtype, _aten._unsafe_view.default, _aten._reshape_alias.default,
     _aten.view_as_complex.default, _aten._mkldnn_reshape.default))
-_STRIDE_OPS = frozenset(f for f in (
-    _aten.as_strided.default, _aten.as_strided_.default, _aten.as_strided_scatter.default,
-    _aten.set_.source_Storage_storage_offset, _aten.set_.source_Tensor))
 
 
 def symint(v: Any) -> Any:
@@ -179,8 +178,6 @@ class TracingMode(TorchDispatchMode):
             return real_out
         if func in _LAYOUT_OPS:
             self.rec.layout_observed = True
-        elif func in _STRIDE_OPS:
-            self.rec.strides_read = True
         meta_args, meta_kwargs = tree_unflatten([self._meta(a) for a in flat], spec)
         if takes_device(func):
             meta_kwargs = {**meta_kwargs, "device": _META}
