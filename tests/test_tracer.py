@@ -400,3 +400,12 @@ def test_threaded_traces_do_not_interfere() -> None:
         th.join()
     assert errors == []
     assert torch.compiler.is_compiling() is False  # the tracing flags are restored
+
+
+def test_a_parameter_named_like_the_fresh_names_keeps_its_dims_apart() -> None:
+    """A parameter `i` has dims `i0, i1`, which are also the guard graph's fresh int names."""
+    t = guardsolve.trace(lambda w, i: w[:, :1] + i, torch.randn(3, 4), torch.randn(3, 1))
+    gs = guardsolve.simplify(t)
+    assert {c.text for c in gs.constraints} >= {"w0 == i0", "i1 == 1"}
+    assert gs.check(torch.randn(5, 2), torch.randn(5, 1))
+    assert not gs.check(torch.randn(5, 2), torch.randn(4, 1))

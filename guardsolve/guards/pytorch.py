@@ -164,5 +164,6 @@ def pytorch_guard_graph(graph: Graph, signature: tuple[Param, ...]) -> Graph:
     rec.rules = RuleCache(rec)
     rec.depth = 1  # NOTE: everything is recorded into the guard graph only
     rec.guards.meta["signature"] = signature
+    rec.guards.reserve(d for p in signature for d in p.dims)
     interpret(graph, pytorch_rules(rec, signature), validate=False)
     return rec.guards.pruned()

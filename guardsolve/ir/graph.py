@@ -52,6 +52,11 @@ class Graph:
         self._counters[prefix] = n + 1
         return f"{prefix}{n}"
 
+    def reserve(self, names: Any) -> None:
+        """Keep `fresh` from handing out `names`: the input dims a recorder defines later
+        (a parameter `i` has dims `i0, i1`, which are also fresh int names)."""
+        self._used.update(names)
+
     def append(self, node: Node) -> Node:
         self.nodes.append(node)
         self._used.update(node.outputs)

@@ -99,6 +99,14 @@ class Simplifier:
         self.norm = normalize(graph, validate=False)  # NOTE: guard_graph() validated it
         self.order = DimOrder(self.norm.dims)
         self.sizes = set(self.norm.sizes)
+        self._kinds: dict[Formula, tuple[Any, ...]] = {}
+
+    def kind(self, f: Formula) -> tuple[Any, ...]:
+        """`classify(f)`, once per formula: the rounds below ask about the same atoms again."""
+        k = self._kinds.get(f)
+        if k is None:
+            k = self._kinds[f] = classify(f)
+        return k
 
     def fail(self, provs: Any, detail: str = "") -> UnsatisfiableGuardsError:
         nodes: set[int] = set()
@@ -114,7 +122,7 @@ class Simplifier:
     def run(self) -> tuple[list[Constraint], set[int], list[str]]:
         st = _State()
         for a in self.norm.atoms:
-            c = classify(a.formula)
+            c = self.kind(a.formula)
             if c[0] in ("eq", "bind"):
                 st.eqs.append((c, a.prov))
             else:
@@ -265,7 +273,7 @@ class Simplifier:
             if f == FALSE:
                 raise self.fail([a.prov] + self._eq_provs(st, a), "it contradicts the equalities")
             for c in conjuncts(f):
-                kind = classify(c)
+                kind = self.kind(c)
                 if kind[0] in ("eq", "bind"):
                     new_eqs.append((kind, a.prov))
                 else:
@@ -287,7 +295,7 @@ class Simplifier:
             layer.add_edge(rep, Z, off - roff, background=True)
         general: list[Atom] = []
         for a in atoms:
-            c = classify(a.formula)
+            c = self.kind(a.formula)
             if c[0] == "le":
                 layer.add_edge(c[1], c[2], c[3], set(a.prov))
             elif c[0] == "ne":

@@ -121,6 +121,7 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     rec = Recorder(graph, value_guards)
     rec.rules = RuleCache(rec)
     rec.guards.meta["signature"] = signature
+    rec.guards.reserve(d for p in signature for d in p.dims)
     rec.depth += 1  # NOTE: making the inputs is guardsolve's business, not a user observation
     strided: dict[str, str] = {}
     args = [placeholder(rec, p, v, strided) for p, v in zip(signature, example_inputs)]
