@@ -144,6 +144,11 @@ class Simplifier:
                 continue
             cancelled = self._cancel(general, res.positive)
             if set(a.formula for a in cancelled) != set(a.formula for a in general):
+                if all(isinstance(a.formula, Rel) and self.kind(a.formula)[0] == "general" for a in cancelled):
+                    # NOTE: every rewritten atom stays with z3: another round would rebuild the
+                    # same fast layers and cancel nothing more (cancel is idempotent)
+                    general = cancelled
+                    break
                 # NOTE: the rewritten atoms may now belong to a fast layer; go round again with
                 # the substituted atoms (equivalent given the equalities, which are kept).
                 moved = {id(a) for a in general}
