@@ -20,7 +20,7 @@ import math
 from typing import Sequence
 
 from guardsolve.guards.expr import Formula, Rel, negate
-from guardsolve.solve.witness import Witnesses, _holds
+from guardsolve.solve.witness import Witnesses, _coefficient, _holds, poly_value
 
 Linear = tuple[dict[str, int], int, str]  # sum(c*x) + k  op  0, op in {"le", "eq"}
 INF = math.inf
@@ -79,6 +79,24 @@ def propagate(constraints: Sequence[Linear], lo: dict[str, float], hi: dict[str,
     return True
 
 
+def _solving(f: Formula, d: str, point: dict) -> list[int]:
+    """Values of `d` that make a false `f` true when `f` is linear in `d` (others held)."""
+    if not isinstance(f, Rel):
+        return []
+    try:
+        c = _coefficient(f.poly, d, point)
+        if c is None:
+            return []
+        r = poly_value(f.poly, point) - c * point[d]
+    except ZeroDivisionError:
+        return []
+    if f.op == "eq":
+        return [-r // c] if r % c == 0 else []
+    if f.op == "le":  # c*x + r <= 0
+        return [(-r) // c] if c > 0 else [-((-r) // -c)]  # x <= floor(-r/c), or x >= ceil(r/-c)
+    return [point[d] + 1, point[d] - 1]  # ne: any other value
+
+
 class Boxes:
     """Decides `is formulas[i] implied by the active others?` by enumerating small boxes."""
 
@@ -129,20 +147,21 @@ class Boxes:
         try:
             env.update({d: int(min(max(saved[d], lo[d]), hi[d])) for d in self.dims})  # type: ignore[call-overload]
             bad = broken()
-            for _ in range(4):
+            for _ in range(6):
                 if bad is None or not bad:
                     break
                 best = None
                 for d in sorted(self.fdims[bad[0]]):
                     here = env[d]
-                    for v in (here + 1, here + 2, here - 1, here - 2):  # type: ignore[operator]
-                        if lo[d] <= v <= hi[d]:
+                    for v in [here + 1, here + 2, here - 1, here - 2, *_solving(self.w.formulas[bad[0]], d, env)]:  # type: ignore[operator]
+                        if v != here and lo[d] <= v <= hi[d]:
                             env[d] = v
                             now = broken()
-                            if now is not None and (best is None or len(now) < len(best[2])):
+                            if now is not None and now != bad and (best is None or len(now) < len(best[2])):
                                 best = (d, v, now)
                     env[d] = here
-                if best is None or len(best[2]) >= len(bad):
+                # NOTE: sideways moves (as many broken, but others) let a fix travel along a chain
+                if best is None or len(best[2]) > len(bad):
                     break
                 env[best[0]] = best[1]
                 bad = best[2]
