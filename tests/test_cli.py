@@ -404,3 +404,42 @@ def test_internal_errors_are_one_line_exit_3(monkeypatch: pytest.MonkeyPatch, ca
     assert main(["trace", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4"]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "internal error: KeyError: 'oops'" in err
+
+
+def test_export_check_prints_the_spec_torch_export_accepts(capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    argv = ["report", "examples/models.py:lstm", "--shape", "input=2,5,8", "--dynamic", "input0", "--dynamic", "input1",
+            "--export-check"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.endswith("\n# export check: torch.export accepts the spec with its pins (2 exports)\n"
+                        "note: torch.export pins input1 = 5; guardsolve's guards accept any input1 (witness: "
+                        "input=[2, 6, 8] passes the guards and eager runs)\n\n"
+                        "# dynamic_shapes for torch.export.export (checked by torch.export)\n"
+                        'from torch.export import Dim\ninput0 = Dim("input0")\ndynamic_shapes = {"input": {0: input0}}\n')
+    assert main(argv + ["--format", "json"]) == 0
+    check = json.loads(capsys.readouterr().out)["dynamic"]["export_check"]
+    assert check["exports"] == 2 and check["dynamic_shapes"].endswith('{"input": {0: input0}}')
+    (pin,) = check["pins"]
+    assert (pin["fix"], pin["dims"], pin["witness"], pin["eager"]) == ("input1 = 5", ["input1"], {"input1": 6}, "runs")
+
+
+def test_export_check_errors_are_one_line(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    saved = tmp_path / "add.gs"
+    saved.write_text(str(guardsolve.trace(lambda a, b: a + b, torch.randn(4), torch.randn(4)).graph))
+    script = tmp_path / "data.py"
+    script.write_text("def f(x):\n    return x * 2 if x.sum() > 0 else x\n")
+    for argv, fragment in [
+        (["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--export-check"],
+         "--export-check checks the --dynamic spec: give --dynamic DIM"),
+        (["report", str(saved), "--dynamic", "a0", "--export-check"], "--export-check needs a function target"),
+        (["report", f"{script}:f", "--shape", "x=4", "--value-guards", "--dynamic", "x0", "--export-check"],
+         "torch.export cannot export f: GuardOnDataDependentSymNode"),
+    ]:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and fragment in err, err

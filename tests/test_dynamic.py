@@ -3,9 +3,7 @@ declared guardsolve's fixes are the ones in torch.export's ConstraintViolation (
 
 from __future__ import annotations
 
-import ast
 import importlib.util
-import inspect
 import pathlib
 from fractions import Fraction
 from typing import Any, Callable
@@ -15,18 +13,15 @@ import torch
 
 import guardsolve
 from guardsolve.errors import InputMismatchError
+from guardsolve.solve.dynamic import Member
+from guardsolve.solve.export_check import ExportCheckError, _State, as_module, parse_fixes, torch_fixes
 
 ROOT = pathlib.Path(__file__).parent.parent
 
 
-def _module(fn: Callable[..., Any]) -> torch.nn.Module:
-    """Wrap a function so torch.export sees its parameter names."""
-    if isinstance(fn, torch.nn.Module):
-        return fn
-    names = list(inspect.signature(fn).parameters)
-    ns: dict[str, Any] = {"f": fn}
-    exec(f"def forward(self, {', '.join(names)}):\n    return f({', '.join(names)})", ns)
-    return type("Wrapped", (torch.nn.Module,), {"forward": ns["forward"]})()
+def _module(fn: Callable[..., Any], gs: Any) -> torch.nn.Module:
+    """`fn` as torch.export sees it, with the traced parameter names."""
+    return as_module(fn, [p.name for p in gs.signature])
 
 
 def _load(name: str) -> Any:
@@ -36,47 +31,7 @@ def _load(name: str) -> Any:
     return module
 
 
-# -- torch.export's suggested fixes, parsed ---------------------------------------------------
-
-def _linear(node: ast.expr) -> tuple[str | None, int, int]:
-    """`2*_x2 + 1` -> ("_x2", 2, 1); an int -> (None, 0, value)."""
-    if isinstance(node, ast.Constant):
-        return None, 0, int(node.value)
-    if isinstance(node, ast.Name):
-        return node.id, 1, 0
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        r, a, b = _linear(node.operand)
-        return r, -a, -b
-    assert isinstance(node, ast.BinOp), ast.dump(node)
-    (ra, aa, ba), (rb, ab, bb) = _linear(node.left), _linear(node.right)
-    if isinstance(node.op, (ast.Add, ast.Sub)):
-        sign = 1 if isinstance(node.op, ast.Add) else -1
-        return ra or rb, aa + sign * ab, ba + sign * bb
-    assert isinstance(node.op, ast.Mult) and (ra is None or rb is None)
-    return (rb, ba * ab, ba * bb) if ra is None else (ra, aa * bb, ba * bb)
-
-
-def parse_fixes(lines: list[str]) -> dict[str, Any]:
-    """`x1 = 3`, `x2 = 2*_x2`, `_x2 = Dim('_x2', min=1, max=oo)`, `b0 = a0` -> name -> fix."""
-    out: dict[str, Any] = {}
-    for line in lines:
-        name, rhs = (s.strip() for s in line.split("=", 1))
-        node = ast.parse(rhs.replace("oo", "None"), mode="eval").body
-        if isinstance(node, ast.Call):
-            kw = {k.arg: k.value.value for k in node.keywords}  # type: ignore[attr-defined]
-            out[name] = ("dim", kw.get("min"), kw.get("max"))
-        else:
-            root, a, b = _linear(node)
-            out[name] = ("static", b) if root is None else ("derived", root, a, b)
-    return out
-
-
-def torch_fixes(message: str) -> dict[str, Any]:
-    if "Suggested fixes:" not in message:
-        return {}
-    block = message.split("Suggested fixes:", 1)[1].strip("\n").split("\n\n")[0]
-    return parse_fixes([line for line in block.splitlines() if line.strip()])
-
+# -- torch.export's suggested fixes, compared parsed ---------------------------------------------
 
 def canonical(fixes: dict[str, Any], declared: list[str]) -> dict[str, Any]:
     """Each declared dim as torch.export would allow it: static value, or (class, stride, residue,
@@ -136,10 +91,28 @@ def canonical_pairs(canon: dict[str, Any], d: str) -> set[tuple[str, Fraction, F
             if cx[0] == "dim" and cx[5] == u and x != d}
 
 
+TORCH_MESSAGE = """Constraints violated (x2, x3)! For more information, run with TORCH_LOGS="+dynamic".
+  - Not all values of x2 = L['x'].size()[2] in the specified range satisfy the generated guard Eq(Mod(L['x'].size()[2], 2), 0).
+Suggested fixes:
+  _x2 = Dim('_x2', min=2, max=oo)
+  x1 = 3
+  x2 = 2*_x2
+  a0 = Dim('a0', max=64)
+  b0 = a0 - 1
+
+The error above occurred when calling torch.export.export."""
+
+
 def test_parse_fixes_reads_torch_exports_words() -> None:
     fixes = parse_fixes(["_x2 = Dim('_x2', min=1, max=oo)", "x1 = 3", "x2 = 2*_x2", "b0 = 3*a0 + 1"])
     assert fixes == {"_x2": ("dim", 1, None), "x1": ("static", 3), "x2": ("derived", "_x2", 2, 0),
                      "b0": ("derived", "a0", 3, 1)}
+    assert torch_fixes(TORCH_MESSAGE) == {"_x2": ("dim", 2, None), "x1": ("static", 3), "x2": ("derived", "_x2", 2, 0),
+                                          "a0": ("dim", None, 64), "b0": ("derived", "a0", 1, -1)}
+    assert torch_fixes("Constraints violated (x0)! no fixes") == {}
+    for bad in (["x0 < 3"], ["x0 = a0*b0"], ["x0 = a0 // 2"]):
+        with pytest.raises(ValueError):
+            parse_fixes(bad)
     canon = canonical(fixes, ["a0", "b0", "x1", "x2"])
     assert constrained(canon) == {"b0", "x1", "x2"}
     with pytest.raises(AssertionError):
@@ -162,7 +135,8 @@ def _examples() -> list[tuple[str, Callable[[], Any], Callable[[], tuple[Any, ..
 MODELS = _load("models").MODELS
 # NOTE: torch.export unrolls nn.LSTM over time and so specializes the sequence length; guardsolve
 # traces aten.lstm under its meta kernel, and its guards (exact: tests/test_models.py) accept any.
-TORCH_EXPORT_PINS = {("lstm", "all"): {"input1"}}
+# The export check finds exactly these pins (and none elsewhere), each with an input eager runs.
+EXPORT_CHECK_PINS = {("lstm", "all"): {"input1"}}
 # NOTE: torch.export answers PyTorch's "is this size 1?" questions about intermediate sizes (a
 # pooled height) size-obliviously, as it does for input dims; guardsolve keeps them as bounds.
 SIZE_ONE_BOUNDS = {("conv_net", "all"): {"x2", "x3"}}
@@ -184,17 +158,20 @@ def _judge_against_torch_export(name: str, decl: str, make: Callable[[], Any], i
     naive = {p.name: {i: torch.export.Dim(d) for i, d in enumerate(p.dims) if d in declared} or None for p in tensors}
     try:
         with torch.no_grad():
-            torch.export.export(_module(fn), tuple(args), dynamic_shapes=naive)
+            torch.export.export(_module(fn, gs), tuple(args), dynamic_shapes=naive)
         theirs: dict[str, Any] = {}
     except Exception as e:  # torch._dynamo.exc.UserError: Constraints violated
         assert "Constraints violated" in str(e) or "Suggested fixes" in str(e), str(e)
         theirs = torch_fixes(str(e))
-    ours = parse_fixes([line for v in j.violations for line in v.fixes])
+    # the printed spec through the export check: torch.export accepts what it returns as it is
+    checked = j.checked_with_export(fn, args)
+    assert checked.program is not None
+    assert {d for p in checked.pins for d in p.dims} == EXPORT_CHECK_PINS.get((name, decl), set()), checked.pins
+    for p in checked.pins:  # each pin costs an input that guardsolve's guards and eager PyTorch accept
+        assert p.witness is not None and p.eager is None and gs.check_dims({**j.example, **p.witness}), p
+
+    ours = parse_fixes([line for v in j.violations for line in v.fixes] + [p.fix for p in checked.pins])
     general = {d for v in j.violations if v.kind == "general" for d in v.constraint.dims}
-    pins = TORCH_EXPORT_PINS.get((name, decl), set())
-    assert {d for d in pins if theirs.get(d, ("",))[0] == "static"} == pins, theirs
-    for d in pins:
-        ours[d] = theirs[d]
     for d in SIZE_ONE_BOUNDS.get((name, decl), set()):
         (v,) = [v for v in j.violations if v.dim == d]
         assert v.kind == "bound" and d not in theirs and all(
@@ -207,16 +184,14 @@ def _judge_against_torch_export(name: str, decl: str, make: Callable[[], Any], i
         if v.witness is not None:
             assert not gs.check_dims({**j.example, **v.witness}), v
 
-    # the printed spec, pasted as is, exports (with torch.export's own pins where it has them)
+    # the printed (export-checked) spec, pasted as is, exports
     ns: dict[str, Any] = {}
-    exec(j.spec.source, ns)
-    spec = ns["dynamic_shapes"]
-    for p in tensors:
-        if spec.get(p.name) is not None:
-            spec[p.name] = {i: s for i, s in spec[p.name].items() if p.dims[i] not in pins} or None
+    exec(checked.spec.source, ns)
     with torch.no_grad():
-        ep = torch.export.export(_module(fn), tuple(args), dynamic_shapes=spec)
+        ep = torch.export.export(_module(fn, gs), tuple(args), dynamic_shapes=ns["dynamic_shapes"])
     assert ep is not None
+    if not checked.pins:
+        assert checked.spec.source == j.spec.source and checked.rounds == 1
 
 
 @pytest.mark.parametrize("name, decl", CASES, ids=[f"{n}-{d}" for n, d in CASES])
@@ -235,17 +210,28 @@ def test_models_agree_with_torch_export(name: str, decl: str) -> None:
 
 
 def test_lstm_sequence_length_is_free_for_guardsolve_and_pinned_by_torch_export() -> None:
-    """The one known disagreement, kept visible: if torch.export stops pinning, drop the exception."""
+    """The one known disagreement, kept visible (guardsolve's guards leave the sequence length free;
+    torch.export pins it), and the export check that turns it into a spec torch.export accepts and a
+    note with the input it costs. If torch.export stops pinning, the check has nothing to add."""
     make, inputs = MODELS["lstm"]
     torch.manual_seed(0)
     model, args = make(), inputs()
+    declared = ["input0", "input1", "input2"]
     with torch.no_grad():
         gs = guardsolve.simplify(guardsolve.trace(model, *args))
-        spec = gs.export_spec(["input0", "input1", "input2"], args)
+        spec = gs.export_spec(declared, args)
         assert spec.dims["input1"].root is not None and spec.dims["input2"].root is None
         assert gs.check_dims({"input0": 2, "input1": 9, "input2": 8}) and model(torch.randn(2, 9, 8))[0].shape == (2, 9, 16)
         with pytest.raises(Exception, match="input1 = 5"):
             torch.export.export(model, args, dynamic_shapes=spec.spec)
+
+    checked = gs.judge_dynamic(declared, args).checked_with_export(model, args)
+    (pin,) = checked.pins
+    assert (pin.fix, pin.dims, pin.witness, pin.eager, checked.rounds) == ("input1 = 5", ("input1",), {"input1": 6}, None, 2)
+    assert str(pin) == ("torch.export pins input1 = 5; guardsolve's guards accept any input1 "
+                        "(witness: input=[2, 6, 8] passes the guards and eager runs)")
+    assert checked.spec.source.endswith('dynamic_shapes = {"input": {0: input0}}')
+    assert checked.program.module()(torch.randn(3, 5, 8))[0].shape == (3, 5, 16)
 
 
 # -- the CNN of the issue ----------------------------------------------------------------------
@@ -335,7 +321,7 @@ def test_each_fix_in_torch_exports_words(name: str, fn: Callable[..., Any], shap
         assert v.sources and v.witness is not None
         assert not gs.check_dims({**{d: s for p, a in zip(gs.signature, args) for d, s in zip(p.dims, a.shape)},
                                   **v.witness})
-    torch.export.export(_module(fn), tuple(args), dynamic_shapes=spec.spec)
+    torch.export.export(_module(fn, gs), tuple(args), dynamic_shapes=spec.spec)
 
 
 def test_a_guard_torch_export_assumes_needs_no_fix() -> None:
@@ -359,3 +345,49 @@ def test_without_an_example_z3_picks_one_the_guards_accept() -> None:
         gs.violations(["z9"])
     with pytest.raises(InputMismatchError, match="does not satisfy"):
         gs.violations(["x0"], {"x0": 12})
+
+
+# -- the export check's rules ------------------------------------------------------------------
+
+def _state() -> _State:
+    """x0 free; x2 = 2*_x2 with _x2 in [3, 16]; b0 = a0 + 1."""
+    dims = {"x0": Member("x0", 1, 0), "x2": Member("_x2", 2, 0), "a0": Member("a0", 1, 0), "b0": Member("a0", 1, 1)}
+    return _State({"x0": 4, "x2": 16, "a0": 5, "b0": 6}, dims, {"x0": (None, None), "_x2": (3, 16), "a0": (None, None)})
+
+
+def test_export_check_applies_only_fixes_that_narrow() -> None:
+    st = _state()
+    # restatements of the spec change nothing; a wider range is not taken
+    assert st.apply(parse_fixes(["_x2 = Dim('_x2', min=2, max=oo)", "x2 = 2*_x2", "b0 = a0 + 1", "x0 = Dim('x0')"])) == []
+    # a fresh root of torch.export's, read through the member it derives: x2 = 2*_y is our _x2
+    ((pin, before),) = st.apply(parse_fixes(["_y = Dim('_y', max=8)", "x2 = 2*_y"]))
+    assert (pin.change, pin.dims, before.text(), st.roots["_x2"]) == ("_x2 in [3, 8]", ("x2",), "_x2 in [3, 16]", (3, 8))
+    # pinning a member pins its class
+    ((pin, before),) = st.apply(parse_fixes(["b0 = 6"]))
+    assert (pin.change, st.dims["a0"], "a0" in st.roots) == ("a0 = 5, b0 = 6", Member(None, 1, 5), False)
+    # a relation the spec lacks is no narrowing it can state: the dims it names are pinned instead
+    st = _state()
+    pins = st.apply(parse_fixes(["x0 = a0 - 1"]))
+    assert [p.change for p, _ in pins] == ["x0 = 4", "a0 = 5, b0 = 6"]
+
+
+def test_export_check_witness_of_a_narrowed_range() -> None:
+    from guardsolve.solve.export_check import _accepted_elsewhere, _witnessed
+
+    gs = guardsolve.simplify(guardsolve.trace(lambda x: x.view(-1, 2), torch.randn(16)))
+    st = _State({"x0": 16}, {"x0": Member("_x0", 2, 0)}, {"_x0": (1, None)})
+    ((pin, before),) = st.apply(parse_fixes(["_x0 = Dim('_x0', max=10)"]))
+    assert _accepted_elsewhere(gs, {"x0": 16}, pin, before) == {"x0": 22}
+    pin = _witnessed(gs, {"x0": 16}, lambda x: x.view(-1, 2), (torch.randn(16),), pin, before)
+    assert str(pin) == ("torch.export narrows the range to _x0 in [1, 10] (asked: _x0 = Dim('_x0', max=10)); "
+                        "guardsolve's guards accept any _x0 (x0 = 2*_x0) (witness: x=[22] passes the guards and eager runs)")
+
+
+def test_export_check_of_a_program_torch_export_cannot_trace() -> None:
+    def f(x):
+        return x * 2 if x.sum() > 0 else x
+
+    x = torch.ones(4, 3)
+    j = guardsolve.simplify(guardsolve.trace(f, x, value_guards=True)).judge_dynamic(["x0"], (x,))
+    with pytest.raises(ExportCheckError, match=r"torch.export cannot export .*f: GuardOnDataDependentSymNode"):
+        j.checked_with_export(f, (x,))

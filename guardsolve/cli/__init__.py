@@ -1,7 +1,8 @@
 """cli: the `guardsolve` command line, a thin argparse front end over the library.
 
 Takes in: a target (`file.py:fn` or `module:fn`) with `--shape`s, or a saved trace. Gives out: a
-report of the minimal guards (`report`: text, json, python, dot; `--dynamic` for torch.export),
+report of the minimal guards (`report`: text, json, python, dot; `--dynamic` for torch.export,
+`--export-check` to run torch.export on the spec),
 a saved trace in the printed IR (`add.gs` holds `i6 = int_eq(i0, i1)`, `bool_bailout(i6, expect=True)`,
 ...), or a check's exit status:
 
@@ -52,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--verify", action="store_true", help="prove equivalence and irredundancy with z3")
     r.add_argument("--dynamic", action="append", default=[], metavar="DIM",
                    help="a dim that should stay free: report the guards that constrain it, with fixes")
+    r.add_argument("--export-check", action="store_true",
+                   help="with --dynamic: export with the spec in torch.export itself, apply the pins it adds "
+                        "beyond the guards, and print the spec it accepts")
     t = sub.add_parser("trace", parents=[common, target], help="save the tensor trace in the text format")
     t.add_argument("-o", "--output", help="file to write (default: stdout)")
     c = sub.add_parser("check", parents=[common, target],
@@ -104,7 +108,8 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _report(args: argparse.Namespace) -> int:
-    from guardsolve.cli.report import ReportInfo, dot_report, json_report, judgement, python_report, text_report
+    from guardsolve.cli.report import (ReportInfo, dot_report, export_checked, json_report, judgement, python_report,
+                                       text_report)
     from guardsolve.cli.targets import render_dot, write_output
     from guardsolve.solve.simplify import simplify
 
@@ -118,6 +123,8 @@ def _report(args: argparse.Namespace) -> int:
                       loaded.target if loaded.from_file else None)
     if args.dynamic:
         judgement(gs, info)  # NOTE: validates the dim names before any output; the report reuses it
+    if args.export_check:
+        info.checked = export_checked(gs, info, loaded.trace, args.dtype)
     if args.format == "dot":
         text = dot_report(gs)
         if args.output and not args.output.endswith(".dot"):

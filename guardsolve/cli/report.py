@@ -32,6 +32,7 @@ class ReportInfo:
     verified: bool
     dynamic: Sequence[str] = ()
     graph_file: str | None = None  # a saved trace: its sources are lines of this file
+    checked: Any = None  # with --export-check: the `export_check.ExportCheck` of the --dynamic spec
 
 
 def plural(count: int, word: str) -> str:
@@ -86,6 +87,14 @@ def json_report(gs: GuardSet, info: ReportInfo) -> str:
                            for v in j.violations],
             "dynamic_shapes": j.spec.source if j.spec is not None else None,
         }
+        if info.checked is not None:
+            doc["dynamic"]["export_check"] = {
+                "exports": info.checked.rounds,
+                "pins": [{"fix": p.fix, "dims": list(p.dims), "change": p.change, "guards_accept": p.before,
+                          "witness": p.witness, "eager": "runs" if p.eager is None else p.eager, "note": str(p)}
+                         for p in info.checked.pins],
+                "dynamic_shapes": info.checked.spec.source,
+            }
     return json.dumps(doc, indent=2)
 
 
@@ -165,9 +174,34 @@ def _dynamic_lines(gs: GuardSet, info: ReportInfo) -> list[str]:
     if not j.violations:
         lines.append("no guard constrains them")
     lines += [f"note: {u}" for u in j.undecided]
-    if j.spec is not None:
+    if info.checked is not None:
+        c = info.checked
+        lines += ["", f"# export check: torch.export accepts the spec {'as printed' if not c.pins else 'with its pins'} "
+                  f"({plural(c.rounds, 'export')})"]
+        lines += [f"note: {p}" for p in c.pins]
+        lines += ["", "# dynamic_shapes for torch.export.export (checked by torch.export)", c.spec.source]
+    elif j.spec is not None:
         lines += ["", "# dynamic_shapes for torch.export.export", j.spec.source]
     return lines
+
+
+def export_checked(gs: GuardSet, info: ReportInfo, trace: Any, dtype: str) -> Any:
+    """The --export-check: the --dynamic spec through torch.export, at example inputs of the
+    traced sizes (random tensors of `dtype`, zeros when it is not floating point)."""
+    import torch
+
+    from guardsolve.solve.export_check import ExportCheckError
+
+    if not info.dynamic:
+        raise ExportCheckError("--export-check checks the --dynamic spec: give --dynamic DIM")
+    if trace is None or trace.fn is None:
+        raise ExportCheckError(f"--export-check needs a function target: {info.target} is a saved graph, "
+                               "and torch.export needs the program")
+    j = judgement(gs, info)
+    dt = getattr(torch, dtype)
+    args = [(torch.randn if dt.is_floating_point else torch.zeros)([j.example[d] for d in p.dims], dtype=dt)
+            if p.kind == "tensor" else j.example[p.name] for p in trace.signature]
+    return j.checked_with_export(trace.fn, args)
 
 
 def python_report(gs: GuardSet, info: ReportInfo) -> str:

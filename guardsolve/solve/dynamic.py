@@ -88,6 +88,15 @@ class Judgement:
     violations: list[Violation]
     spec: ExportSpec | None
     undecided: list[str] = field(default_factory=list)
+    guards: Any = field(default=None, repr=False, compare=False)  # the GuardSet judged
+
+    def checked_with_export(self, fn: Any, args: Sequence[Any], max_rounds: int = 4) -> Any:
+        """The spec as `torch.export.export(fn, args)` accepts it: torch.export's suggested fixes
+        that narrow it applied, each noted with an input guardsolve's guards accept and it
+        rejects (`export_check.ExportCheck`; `export_check.ExportCheckError` when it cannot)."""
+        from guardsolve.solve.export_check import check_with_export
+
+        return check_with_export(self, fn, args, max_rounds)
 
 
 # -- the example point ----------------------------------------------------------------------
@@ -327,7 +336,7 @@ def judge(gs: Any, dynamic: Sequence[str], example: Any = None, timeout_ms: int 
     out += _judge_free(gs, formulas, provs, classes, merged, e, order, ask, dyn)
     undecided += ask.undecided
     spec = _spec(gs, dynamic, classes, e) if gs.signature is not None else None
-    return Judgement(dynamic, e, from_z3, out, spec, undecided)
+    return Judgement(dynamic, e, from_z3, out, spec, undecided, gs)
 
 
 def _order(gs: Any) -> DimOrder:
@@ -569,9 +578,6 @@ def _member_line(k: _Class, d: str) -> str:
 
 
 def _spec(gs: Any, dynamic: Sequence[str], classes: Mapping[str, _Class], e: Mapping[str, int]) -> ExportSpec:
-    import torch.export
-
-    lines = ["from torch.export import Dim"]
     dims: dict[str, Member] = {}
     roots: dict[str, tuple[int | None, int | None]] = {}
     taken = set(gs.dims)
@@ -580,20 +586,32 @@ def _spec(gs: Any, dynamic: Sequence[str], classes: Mapping[str, _Class], e: Map
         name, lo, hi, members = _layout(k, taken)
         taken.add(name)
         roots[name] = (lo, hi)
-        lines.append(_dim_line(name, lo, hi))
-        for m in sorted(members, key=order.key):
-            dims[m] = Member(name, *members[m])
-            if m != name:
-                lines.append(f"{m} = {dims[m].render()}")
+        dims.update((m, Member(name, *ab)) for m, ab in members.items())
     for d in dynamic:
         dims.setdefault(d, Member(None, 1, e[d]))
+    return render_spec(gs, {d: dims[d] for d in dynamic}, roots)
+
+
+def render_spec(gs: Any, dims: Mapping[str, Member], roots: Mapping[str, tuple[int | None, int | None]]) -> ExportSpec:
+    """The spec of each declared dim as a `Member` of a root `Dim` (roots in the order given,
+    members in signature order), as source and as live `torch.export.Dim` objects."""
+    import torch.export
+
+    order = _order(gs)
+    lines = ["from torch.export import Dim"]
+    used = {m.root for m in dims.values()}
+    for name, (lo, hi) in roots.items():
+        if name not in used:
+            continue
+        lines.append(_dim_line(name, lo, hi))
+        lines += [f"{m} = {dims[m].render()}" for m in sorted(dims, key=order.key) if dims[m].root == name and m != name]
     entries = []
     for p in gs.signature:
-        free = {i: d for i, d in enumerate(p.dims) if p.kind == "tensor" and dims.get(d, Member(None, 1, 0)).root}
+        free = {i: d for i, d in enumerate(p.dims) if p.kind == "tensor" and d in dims and dims[d].root is not None}
         entries.append(f"\"{p.name}\": {{" + ", ".join(f"{i}: {d}" for i, d in free.items()) + "}" if free
                        else f"\"{p.name}\": None")
     lines.append("dynamic_shapes = {" + ", ".join(entries) + "}")
     source = "\n".join(lines)
     ns: dict[str, Any] = {"Dim": torch.export.Dim}
     exec(source.split("\n", 1)[1], ns)
-    return ExportSpec(source, ns["dynamic_shapes"], {d: dims[d] for d in dynamic}, roots)
+    return ExportSpec(source, ns["dynamic_shapes"], dict(dims), {r: roots[r] for r in roots if r in used})
