@@ -162,7 +162,7 @@ class Simplifier:
         kept_general = general
         background_of = {e.u: e for e in layer.edges.values() if e.background}
         hard = self._components(kept_edges, kept_diseqs, kept_general, background_of)
-        contexts = Contexts()
+        contexts = Contexts(self.timeout_ms)
         removed: set[int] = set()  # ids of the items z3 found implied
         for comp_edges, comp_diseqs, comp_general in hard:
             items: list[tuple[Formula, str, Prov, Any]] = []

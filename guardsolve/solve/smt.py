@@ -166,57 +166,69 @@ class ReduceResult:
 
 
 class Contexts:
-    """z3 contexts for many components, made only when a component needs a solver.
+    """One z3 solver shared by many components, each in its own push/pop scope, made only
+    when a component needs it.
 
-    Creating a context costs more than solving a small component (about 10 ms), so components
-    share one; a fresh one every `per` uses keeps it from growing without bound.
+    Creating a context or a solver costs more than solving a small component (about 10 ms and
+    3 ms); a scope costs about 0.3 ms. A fresh context every `per` components keeps the shared
+    one from growing without bound (declarations outlive their scope).
     """
 
-    def __init__(self, per: int = 128):
-        self.per = per
-        self._ctx: z3.Context | None = None
+    def __init__(self, timeout_ms: int, per: int = 128):
+        self.timeout_ms, self.per = int(timeout_ms), per
+        self._s: z3.Solver | None = None
+        self._declared: set[str] = set()
         self._uses = 0
 
-    def get(self) -> z3.Context:
-        if self._ctx is None or self._uses >= self.per:
-            self._ctx, self._uses = z3.Context(), 0
+    def scope(self, dims: set[str]) -> tuple[z3.Solver, str]:
+        """The shared solver, pushed; and a tag that makes this scope's literal names unique."""
+        if self._s is None or self._uses >= self.per or self._declared & dims:
+            s = self._s = z3.Solver(ctx=z3.Context())
+            s.set("timeout", self.timeout_ms)
+            # NOTE: relevancy filtering costs more than it saves on these small components
+            # (about 1.5x per check on the scale workload); it changes the search, not the answers.
+            s.set("smt.relevancy", 0)
+            s.from_string(semantics.SMTLIB_DEFS)
+            self._declared, self._uses = set(), 0
         self._uses += 1
-        return self._ctx
+        self._declared |= dims
+        self._s.push()
+        return self._s, str(self._uses)
 
 
 class _Lazy:
-    """One component's solver, built (as one SMT-LIB text) on the first question asked of it."""
+    """One component's scope of the shared solver, filled (as one SMT-LIB text) on the first
+    question asked of it; `close()` pops it."""
 
     def __init__(self, formulas: Sequence[Formula], sizes: set[str], background: Sequence[Formula],
-                 timeout_ms: int, contexts: Contexts):
-        self.formulas, self.sizes, self.background = formulas, sizes, background
-        self.timeout_ms, self.contexts = timeout_ms, contexts
+                 contexts: Contexts):
+        self.formulas, self.sizes, self.background, self.contexts = formulas, sizes, background, contexts
         self._s: z3.Solver | None = None
 
     def solver(self) -> z3.Solver:
         if self._s is not None:
             return self._s
-        ctx = self.contexts.get()
-        s = self._s = z3.Solver(ctx=ctx)
-        s.set("timeout", int(self.timeout_ms))
-        # NOTE: relevancy filtering costs more than it saves on these small components (about
-        # 1.5x per check, measured on the scale workload); it changes the search, not the answers.
-        s.set("smt.relevancy", 0)
         dims = sorted(set().union(*(f.dims() for f in self.formulas)) if self.formulas else set())
+        s, tag = self.contexts.scope(set(dims))
+        self._s = s
         # NOTE: one SMT-LIB text for the whole component: one parser call instead of thousands
         # of API calls, which cost more than solving a small component.
-        text = [semantics.SMTLIB_DEFS]
-        text += [f"(declare-fun {_sym(d)} () Int)" for d in dims]
+        text = [f"(declare-fun {_sym(d)} () Int)" for d in dims]
         text += [f"(assert (>= {_sym(d)} 0))" for d in dims if d in self.sizes]
         text += [f"(assert {formula_to_smtlib(f)})" for f in self.background]
         for i, f in enumerate(self.formulas):
             zf = formula_to_smtlib(f)
-            text.append(f"(declare-fun |__keep_{i}| () Bool)(declare-fun |__neg_{i}| () Bool)"
-                        f"(assert (=> |__keep_{i}| {zf}))(assert (=> |__neg_{i}| (not {zf})))")
+            text.append(f"(declare-fun |__keep_{tag}_{i}| () Bool)(declare-fun |__neg_{tag}_{i}| () Bool)"
+                        f"(assert (=> |__keep_{tag}_{i}| {zf}))(assert (=> |__neg_{tag}_{i}| (not {zf})))")
         s.from_string("".join(text))
-        self.track = [z3.Bool(f"__keep_{i}", ctx) for i in range(len(self.formulas))]
-        self.neg = [z3.Bool(f"__neg_{i}", ctx) for i in range(len(self.formulas))]
+        self.track = [z3.Bool(f"__keep_{tag}_{i}", s.ctx) for i in range(len(self.formulas))]
+        self.neg = [z3.Bool(f"__neg_{tag}_{i}", s.ctx) for i in range(len(self.formulas))]
         return s
+
+    def close(self) -> None:
+        if self._s is not None:
+            self._s.pop()
+            self._s = None
 
 
 def reduce_component(formulas: Sequence[Formula], sizes: set[str], timeout_ms: int,
@@ -230,7 +242,16 @@ def reduce_component(formulas: Sequence[Formula], sizes: set[str], timeout_ms: i
     every formula holds there; a component whose every formula a nearby point shows
     irredundant then never reaches z3.
     """
-    lazy = _Lazy(formulas, sizes, background, timeout_ms, contexts if contexts is not None else Contexts())
+    lazy = _Lazy(formulas, sizes, background, contexts if contexts is not None else Contexts(timeout_ms))
+    try:
+        return _reduce(formulas, sizes, labels, unsat_labels, background, lazy, example)
+    finally:
+        lazy.close()
+
+
+def _reduce(formulas: Sequence[Formula], sizes: set[str], labels: Sequence[str],
+            unsat_labels: Callable[[list[int]], Exception], background: Sequence[Formula], lazy: _Lazy,
+            example: Mapping[str, int] | None) -> ReduceResult:
     dims = set().union(*(f.dims() for f in formulas)) if formulas else set()
     witnesses = None
     if example is not None and dims <= example.keys():
