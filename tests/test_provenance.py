@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import pathlib
 from types import ModuleType
 
@@ -158,3 +159,15 @@ def test_program_text_is_what_the_functions_run(prog: ModuleType) -> None:
     """line_of() counts the lines of the file the functions were compiled from."""
     assert prog.chain.__code__.co_firstlineno == line_of("def chain(a, b, c, d):")
     assert prog.mlp.__code__.co_firstlineno == line_of("def mlp(x, w, v):")
+
+
+def test_a_program_that_is_all_torch_names_torch_nn_not_the_caller() -> None:
+    """Tracing `nn.LSTM` as it is: no user line exists inside the traced call, so each guard
+    names the module's own line (never this test, which only called `trace`)."""
+    lstm = torch.nn.LSTM(8, 16, batch_first=True).eval()
+    with torch.no_grad():
+        gs = guardsolve.simplify(guardsolve.trace(lstm, torch.randn(2, 5, 8)))
+    locs = [gs.graph.nodes[i].meta.get("loc") for c in gs.constraints for i in c.prov]
+    assert locs and all(loc is not None and loc.short_file == os.path.join("torch", "nn", "modules", "rnn.py")
+                        for loc in locs), locs
+    assert any("input.size(-1)" in loc.code for loc in locs)

@@ -43,16 +43,36 @@ def _is_library_file(filename: str) -> bool:
             or f"{os.sep}contextlib.py" in filename)
 
 
+def call_user(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call the traced function; `user_location` looks no further out than this frame."""
+    return fn(*args)
+
+
+_NN_DIR = f"{os.sep}torch{os.sep}nn{os.sep}"
+
+
 def user_location() -> SourceLoc | None:
-    """The innermost stack frame outside guardsolve and torch."""
+    """The innermost stack frame outside guardsolve and torch, inside the traced call.
+
+    A program that is all torch (`nn.LSTM` traced as it is) has no such frame: then the
+    innermost line of `torch.nn` (the module's own call of the op), never the traced
+    function's caller (a CLI, a test).
+    """
     frame = sys._getframe(1)
-    while frame is not None:
+    fallback = None
+    while frame is not None and frame.f_code is not call_user.__code__:
         filename = frame.f_code.co_filename
         if not _is_library_file(filename):
-            line = frame.f_lineno
-            return SourceLoc(filename, line, frame.f_code.co_name, linecache.getline(filename, line).strip())
+            return _loc(frame)
+        if fallback is None and _NN_DIR in filename:
+            fallback = frame
         frame = frame.f_back  # type: ignore[assignment]
-    return None
+    return _loc(fallback) if fallback is not None else None
+
+
+def _loc(frame: Any) -> SourceLoc:
+    filename, line = frame.f_code.co_filename, frame.f_lineno
+    return SourceLoc(filename, line, frame.f_code.co_name, linecache.getline(filename, line).strip())
 
 
 _INT_OPS: dict[str, tuple[Op, Callable[[Any, Any], Any]]] = {

@@ -15,12 +15,18 @@ from guardsolve.ir.ops import Op
 
 
 def short_path(path: str) -> str:
-    """`path` relative to the working directory when it lies below it, else unchanged."""
+    """`path` relative to the working directory when it lies below it; an installed package's
+    file from its package down (`torch/nn/modules/rnn.py`); else unchanged."""
     try:
         rel = os.path.relpath(path)
     except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
+        rel = ".."
+    if not rel.startswith(".."):
+        return rel
+    for marker in (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    return path
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from guardsolve.ir.signature import Param, dim_names
 from guardsolve.trace.gcpause import paused_gc
 from guardsolve.guards.pytorch import meta_input
 from guardsolve.guards.rules import RuleCache
-from guardsolve.guards.symbolic import Recorder, SymGuard
+from guardsolve.guards.symbolic import Recorder, SymGuard, call_user
 from guardsolve.trace.static import StaticGuard, layout_guard, tensor_guards
 from guardsolve.trace.tensor import TracedTensor, TracingMode, dtype_name, symint
 
@@ -128,7 +128,7 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     rec.depth -= 1
     mode = TracingMode(rec, _module_names(fn))
     with paused_gc(), _presents_as_tracing(), enable_python_dispatcher(), mode:
-        result = fn(*args)
+        result = call_user(fn, *args)
     out_spec = spec(result, rec)
     graph.meta["out_spec"] = out_spec
     observed = rec.layout_observed or rec.strides_read
