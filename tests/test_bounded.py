@@ -111,3 +111,74 @@ def test_every_verdict_agrees_with_z3(comp: tuple[list[Formula], dict[str, int],
             assert verdict == _implied_by_z3(formulas, i, active, sizes), (formulas, i, active)
             if verdict and data.draw(st.booleans()):
                 active.discard(i)
+
+
+# -- the witness search's reach (cases from the sampled mutation run, benchmarks/MUTATION.md) --
+
+
+def test_boundary_is_the_nearest_value_that_breaks_a_linear_formula() -> None:
+    from guardsolve.guards.expr import Rel
+    from guardsolve.solve.witness import _boundary, poly_value
+
+    # `poly <= 0` breaks past one end: the first value past it, from either sign of coefficient
+    for f in [Rel("le", Poly.const(7) - X.scale(2)), Rel("le", X.scale(2) - Poly.const(7)),
+              Rel("le", Poly.const(7) - X.scale(3) + Y)]:
+        (v,) = _boundary(f, "x", {"x": 10, "y": 1})
+        assert poly_value(f.poly, {"x": v, "y": 1}) > 0, (f, v)
+        step = -1 if next(c for m, c in f.poly.terms if m == ("x",)) < 0 else 1
+        assert poly_value(f.poly, {"x": v - step, "y": 1}) <= 0, (f, v)
+    assert list(_boundary(Rel("ne", X.scale(2) - Y), "x", {"x": 0, "y": 6})) == [3]  # 2x - 6 == 0
+    assert list(_boundary(Rel("ne", X.scale(2) - Y), "x", {"x": 0, "y": 5})) == []   # 2x == 5: no integer
+    assert list(_boundary(Rel("le", X * X - Poly.const(4)), "x", {"x": 1})) == []     # not linear in x
+
+
+def test_the_one_dim_search_tries_the_next_value_up() -> None:
+    """`x*x != 64` at x = 7 breaks only at x = 8 nearby (no boundary: it is not linear)."""
+    fs = [rel("ne", X * X, Poly.const(64))]
+    w = Witnesses(fs, [], {"x"}, {"x": 7}, spread=False)
+    assert w.find(0, {0}) == {"x": 8}
+
+
+def test_a_broken_neighbour_is_repaired_by_moving_a_second_dim_down() -> None:
+    """x = 5 breaks `x*x != 25`, and `(x - 4)*(y*y - 4) == 0` with it; only y = 2 (one down, and
+    not a boundary: y*y is not linear) repairs the second."""
+    fs = [rel("ne", X * X, Poly.const(25)), rel("eq", (X - Poly.const(4)) * (Y * Y - Poly.const(4)), Poly.const(0))]
+    w = Witnesses(fs, [], {"x", "y"}, {"x": 4, "y": 3}, spread=False)
+    assert w.find(0, {0, 1}) == {"x": 5, "y": 2}
+
+
+def test_a_complete_box_enumeration_shows_a_nonlinear_constraint_irredundant() -> None:
+    """`x*x >= 14` has no linear negation to clamp to; the box x, y in 0..7 (from x + y <= 7) holds
+    x = 0, where it fails and the other holds."""
+    fs = [rel("le", X + Y, Poly.const(7)), rel("ge", X * X, Poly.const(14))]
+    b = _boxes(fs, {"x": 4, "y": 1}, {"x", "y"})
+    assert b.decide(1, {0, 1}) is False
+    assert not _implied_by_z3(fs, 1, {0, 1}, {"x", "y"})
+
+
+def test_solving_gives_the_integer_end_of_a_linear_formula() -> None:
+    from guardsolve.guards.expr import Rel
+    from guardsolve.solve.bounded import _solving
+
+    assert _solving(Rel("le", X.scale(2) - Poly.const(7)), "x", {"x": 9}) == [3]     # 2x <= 7: x <= 3
+    assert _solving(Rel("le", Poly.const(7) - X.scale(2)), "x", {"x": 0}) == [4]     # 2x >= 7: x >= 4
+    assert _solving(Rel("eq", X.scale(2) - Y), "x", {"x": 0, "y": 6}) == [3]
+    assert _solving(Rel("eq", X.scale(2) - Y), "x", {"x": 0, "y": 5}) == []
+    assert _solving(Rel("ne", X - Y), "x", {"x": 2, "y": 2}) == [3, 1]
+    assert all(type(v) is int for v in _solving(Rel("le", X.scale(2) - Poly.const(7)), "x", {"x": 9}))
+
+
+def test_a_clamped_point_is_repaired_by_solving_for_a_dim() -> None:
+    """x >= 20 (where `x <= 19` fails) breaks `x*y <= 325` at y = 19; y <= 16 fixes it, three
+    steps away: solved for, not nudged. No finite box holds y, so only this point decides."""
+    fs = [rel("le", X * Y, Poly.const(325)), rel("le", X, Poly.const(19))]
+    b = _boxes(fs, {"x": 17, "y": 19}, {"x", "y"})
+    assert b.decide(1, {0, 1}) is False
+    assert not _implied_by_z3(fs, 1, {0, 1}, {"x", "y"})
+
+
+def test_propagation_runs_rounds_until_nothing_changes() -> None:
+    """The chain of `test_propagation_through_a_chain...` listed far end first: one round per link."""
+    lo, hi = {"x": 0, "y": 0, "z": 0}, {"x": INF, "y": INF, "z": INF}
+    chain = [({"z": 2, "y": -1}, 0, "le"), ({"y": 1, "x": -1}, 1, "le"), ({"x": 1}, -5, "le")]
+    assert propagate(chain, lo, hi) and hi == {"x": 5, "y": 4, "z": 2}

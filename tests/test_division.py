@@ -222,3 +222,14 @@ def test_a_divisor_that_is_not_constant_stays_opaque(kind: str) -> None:
         for xv, yv in itertools.product(range(-5, 6), [-3, -2, 1, 2, 4]):
             n = poly_value(num, {"x": xv})
             assert poly_value(p, {"x": xv, "y": yv}) == (n // (yv + 1) if kind == "floordiv" else n % (yv + 1))
+
+
+def test_divisors_lists_every_opaque_denominator_nested_ones_too() -> None:
+    """The divisors a formula needs non-zero: `n // (y + 1)` and, inside its numerator, `% y`."""
+    from guardsolve.guards.expr import disj, divisors, formula_divisors
+
+    inner = divide("mod", x, y)
+    outer = divide("floordiv", inner + C(3), y + C(1))
+    assert divisors(outer) == [y, y + C(1)]
+    assert divisors(x.scale(2) - C(1)) == [] and divisors(divide("mod", x, C(2))) == [C(2)]
+    assert formula_divisors(disj([rel("eq", outer, C(0)), rel("le", inner, x)])) in ([y, y + C(1), y], [y, y, y + C(1)])

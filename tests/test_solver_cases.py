@@ -437,3 +437,259 @@ def test_reduce_component_sets_its_timeout_on_the_solver(monkeypatch: pytest.Mon
     monkeypatch.setattr(z3.Solver, "set", record)
     _reduce(["x * x >= 4", "x >= 2"])
     assert ("timeout", 5000) in seen
+
+
+# -- cases from the sampled mutation run (benchmarks/MUTATION.md) ----------------------------
+
+
+@pytest.mark.parametrize("asserts, expected", [
+    # a dim that the bounds make positive divides out of a whole comparison, and of each branch of `or`
+    (["x0 >= 1", "x0 * y0 <= x0 * z0"], ["x0 >= 1", "y0 <= z0"]),
+    (["x0 >= 1", "x0 * y0 <= x0 * z0 or y0 * x0 == 3 * x0"], ["x0 >= 1", "(y0 <= z0) or (y0 == 3)"]),
+    (["x0 >= 1", "(x0 * y0) % (x0 * 2) == 0 or z0 == 1"], ["x0 >= 1", "(y0 % 2 == 0) or (z0 == 1)"]),
+])
+def test_cancel_divides_a_positive_dim_out_of_a_comparison(asserts: list[str], expected: list[str]) -> None:
+    assert exact(asserts, hi=6) == expected
+
+
+@pytest.mark.parametrize("asserts, expected", [
+    # each pair is equivalent over sizes and ties on `complexity` (12 and 14): the first recorded
+    # is tried first and goes. A measure that weighs `or`, monomial degree or divisions
+    # differently breaks the tie the other way.
+    (["x0 <= 2 or x0 >= 5", "(x0 - 3) * (x0 - 4) > 0"], ["7*x0 <= x0*x0 + 11"]),
+    (["x0 // 3 == 0", "x0*x0*x0*x0 <= 16"], ["x0*x0*x0*x0 <= 16"]),
+    (["x0*x0*x0*x0 <= 16", "x0 // 3 == 0"], ["x0 // 3 == 0"]),
+])
+def test_z3_removal_order_on_a_complexity_tie(asserts: list[str], expected: list[str]) -> None:
+    assert exact(asserts, hi=8) == expected
+
+
+def test_complexity_of_each_formula_shape() -> None:
+    """The measure behind the removal order: a monomial costs 1 + 3 per factor, a division 5 more
+    plus its numerator and denominator, a connective 2 plus its arguments."""
+    from guardsolve.guards.expr import Poly, conj, disj, divide
+    from guardsolve.solve.simplify import complexity
+
+    x, y = Poly.var("x"), Poly.var("y")
+    assert complexity(rel("le", x, Poly.const(2))) == 5                       # x - 2 <= 0: 4 + 1
+    assert complexity(rel("le", x * x, Poly.const(4))) == 8                   # 7 + 1
+    assert complexity(rel("eq", divide("mod", x, Poly.const(2)), Poly.const(0))) == 14   # 4 + 5 + 4 + 1
+    assert complexity(rel("eq", divide("mod", x, y + Poly.const(1)), Poly.const(0))) == 18  # den y + 1: 5
+    assert complexity(disj([rel("le", x, Poly.const(2)), rel("ge", x, Poly.const(5))])) == 12
+    assert complexity(conj([rel("le", x, Poly.const(2)), rel("le", y, Poly.const(5))])) == 12
+
+
+def test_conj_keeps_every_distinct_argument() -> None:
+    from guardsolve.guards.expr import FALSE, TRUE, And, Poly, conj
+
+    a, b = rel("le", Poly.var("x"), Poly.const(2)), rel("le", Poly.var("y"), Poly.const(5))
+    assert conj([a, TRUE, b, a]) == And(frozenset({a, b}))
+    assert conj([conj([a, b]), a]) == And(frozenset({a, b}))
+    assert conj([a, TRUE]) == a and conj([]) == TRUE and conj([a, FALSE, b]) == FALSE
+
+
+def test_needs_solver_follows_reachability_through_a_cycle() -> None:
+    """y reaches z only through the cycle a <-> b; z reaches y once `p - q <= 5` fails (q -> p
+    reversed), so the disequality `z - y != 0` is bounded where that edge fails."""
+    from guardsolve.solve.order import Diseq, Edge, needs_solver
+
+    es = [Edge("y", "a", 1), Edge("a", "b", 1), Edge("b", "a", 1), Edge("b", "z", 1), Edge("q", "p", 5),
+          Edge("z", "p", 0, background=True), Edge("q", "y", 0, background=True)]
+    ne = [Diseq("y", "z", 0, frozenset())]
+    assert needs_solver(es, ne) is True
+    assert needs_solver([e for e in es if e.v != "p"], ne) is False  # without the failing edge
+
+
+def test_unsatisfiable_guard_names_its_source_location() -> None:
+    from guardsolve.guards.normalize import describe
+
+    g = Graph()
+    g.emit(Op.INT_PLACEHOLDER, (), out="x0", name="x0")
+    zero = g.emit(Op.INT_CONST, (), val=-1)
+    lt = g.emit(Op.INT_LT, ("x0", zero))
+    g.emit(Op.BOOL_BAILOUT, (lt,), meta={"loc": "model.py:7"}, expect=True)
+    g.emit(Op.BOOL_BAILOUT, (lt,), meta={"line": 4}, expect=True)
+    g.emit(Op.BOOL_BAILOUT, (lt,), meta={"loc": "model.py:9", "line": 5}, expect=True)
+    g.emit(Op.BOOL_BAILOUT, (lt,), expect=True)
+    node = [str(n) for n in g.nodes]
+    named = [f"`{node[3]}` at model.py:7", f"`{node[4]}` (line 4)", f"`{node[5]}` at model.py:9", f"`{node[6]}`"]
+    assert [describe(g, i) for i in (3, 4, 5, 6)] == named  # `loc` (a trace's) wins over `line` (a parse's)
+    with pytest.raises(UnsatisfiableGuardsError) as info:
+        simplify(g)
+    assert str(info.value) == f"unsatisfiable guards: {' and '.join(named)} (the comparisons contradict each other)"
+
+
+def test_implies_answers_with_a_counterexample() -> None:
+    import z3
+
+    from guardsolve.solve.smt import implies
+
+    x, y = z3.Int("x"), z3.Int("y")
+    r, model = implies([x >= 2, y == x + 1], y >= 3, 1000)
+    assert r == z3.unsat and model == {}
+    r, model = implies([x >= 2, y >= x], y >= 5, 1000)
+    assert r == z3.sat and set(model) == {"x", "y"} and 2 <= model["x"] <= model["y"] < 5
+
+
+def test_a_component_asks_all_its_questions_in_one_solver_scope(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The component's scope is opened on its first question and reused (and popped at the end)."""
+    import z3
+
+    from guardsolve.solve.smt import Contexts
+
+    scopes: list[set[str]] = []
+    real = Contexts.scope
+    monkeypatch.setattr(Contexts, "scope", lambda self, dims: scopes.append(dims) or real(self, dims))
+    checks: list[int] = []
+    real_check = z3.Solver.check
+    monkeypatch.setattr(z3.Solver, "check", lambda self, *a: checks.append(len(a)) or real_check(self, *a))
+    contexts = Contexts(5000)
+    texts_ = ["x % 2 == 0", "x != 1", "y <= x + 3", "x * y != 5"]
+    r = reduce_component([_f(t) for t in texts_], {"x", "y"}, 5000, texts_, lambda idx: AssertionError(idx),
+                         contexts=contexts)
+    assert (r.kept, r.removed) == ([0, 2], [1, 3])
+    assert len(checks) >= 2 and scopes == [{"x", "y"}]
+    assert contexts._s is not None and contexts._s.num_scopes() == 0
+
+
+def test_check_source_names_its_parameters_from_the_signature() -> None:
+    from guardsolve.ir.signature import Param
+    from guardsolve.solve.codegen import check_source, compile_function
+
+    sig = (Param("a", "tensor", 1, ("a0",)), Param("n", "int", 0, ("n",)))
+    src = check_source(["a0 == n"], sig, False)
+    assert src.splitlines()[0] == "def check(a, n):"
+    check = compile_function(src, "check")
+    assert [check(torch.zeros(3), 3), check(torch.zeros(3), 2), check(torch.zeros(3), True)] == [True, False, False]
+    assert check_source(["a0 == n"], sig, False, params=["a", "n", "flag"]).splitlines()[0] == "def check(a, n, flag):"
+
+
+def test_an_unknown_satisfiability_check_is_noted_with_every_label(monkeypatch: pytest.MonkeyPatch) -> None:
+    import z3
+
+    monkeypatch.setattr(z3.Solver, "check", lambda self, *a: z3.unknown)
+    monkeypatch.setattr(z3.Solver, "reason_unknown", lambda self: "timeout")
+    kept, removed, undecided = _reduce(["x % 2 == 0", "x * y != 5"])
+    assert (kept, removed) == ([0, 1], [])
+    assert undecided == ["satisfiability of {x % 2 == 0, x * y != 5}: timeout",
+                         "is `x % 2 == 0` implied by the rest? solver said unknown (timeout)",
+                         "is `x * y != 5` implied by the rest? solver said unknown (timeout)"]
+
+
+def test_a_disequality_on_a_single_point_names_its_mixed_provenance() -> None:
+    """Provenance mixes atom ids and texts; the conflict lists them in `str` order, then why."""
+    layer = OrderLayer()
+    layer.add_diseq("x", "x", 0, {"x != x", 12, 3})
+    with pytest.raises(Conflict) as info:
+        layer.solve()
+    assert info.value.ids == [12, 3, "x != x", "the bounds around it"]
+
+
+@pytest.mark.parametrize("asserts, sizes, expected", [
+    # a division inside a sum renders with the dim order, parenthesized
+    (["x0 + x0 % 3 <= 5"], "x0 y0", ["x0 + (x0 % 3) <= 5"]),
+    (["2 * (x0 % 3) + y0 != 4"], "x0 y0", ["y0 + 2*(x0 % 3) != 4"]),
+    (["(y0 + x0) % 3 == 0"], "y0 x0", ["(y0 + x0) % 3 == 0"]),
+    # guards sort by their dims in input order (y0 first here), not by name
+    (["x0 <= y0 + 1", "x0 <= 7", "y0 <= 9"], "y0 x0", ["y0 <= 9", "y0 >= x0 - 1", "x0 <= 7"]),
+])
+def test_rendering_and_order_follow_the_input_order_of_dims(asserts: list[str], sizes: str, expected: list[str]) -> None:
+    assert exact(asserts, sizes=sizes, ints="") == expected
+
+
+def test_a_tighter_bound_keeps_every_bound_it_replaced_as_implied() -> None:
+    layer = OrderLayer()
+    for w in (9, 8, 5):
+        layer.add_edge(Z, "x", w, {f"x <= {w}"})
+    res = layer.solve()
+    assert [(e.w, e.prov) for e in res.edges] == [(5, {"x <= 5"})]
+    assert res.implied == {"x <= 9", "x <= 8"}
+
+
+def test_value_bailouts_are_left_out_of_the_exact_acceptance_condition() -> None:
+    """A data-dependent branch is a value guard, checked apart: the z3 encoding of the guard
+    graph (which verify=True compares against) has no opaque literal for it."""
+    import z3
+
+    from guardsolve.solve.smt import graph_to_z3, z3_vars
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if (x * 2).sum() > 0:
+            return x + y
+        return x
+
+    t = guardsolve.trace(f, torch.ones(3), torch.ones(3), value_guards=True)
+    assert "__value" not in str(graph_to_z3(t.guard_graph(), z3_vars(z3.Context())))
+    assert texts(simplify(t, verify=True)) == ["x0 == y0", "x0 != 1"]
+
+
+def test_negative_cycle_among_dims_unreached_from_the_first_roots() -> None:
+    """b and c come after `a` (reached from Z) in the search order and are reached from neither."""
+    layer = OrderLayer()
+    layer.add_edge(Z, "a", 5, {"a <= 5"})
+    layer.add_edge("b", "c", -1, {"c < b"})
+    layer.add_edge("c", "b", 0, {"b <= c"})
+    with pytest.raises(Conflict) as info:
+        layer.solve()
+    assert sorted(info.value.ids) == ["b <= c", "c < b"]
+
+
+def test_layer_equalities_come_back_with_what_is_implied_so_far() -> None:
+    layer = OrderLayer()
+    layer.add_edge("x", "y", 2, {"y <= x + 2"})
+    layer.add_edge("x", "y", 3, {"y <= x + 3"})
+    layer.add_edge("y", "x", -2, {"x <= y - 2"})
+    res = layer.solve()
+    assert [(v, u, k) for v, u, k, _ in res.equalities] == [("y", "x", 2)]
+    assert res.edges == [] and res.implied == {"y <= x + 3"}
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("x == y + 2", ("eq", "x", "y", 2)), ("x == 3", ("bind", "x", 3)), ("x <= y + 1", ("le", "y", "x", 1)),
+    ("x >= 2", ("le", "x", Z, -2)), ("x != y", ("ne", "y", "x", 0)), ("x != 4", ("ne", Z, "x", 4)),
+    ("x * y <= 3", ("general",)), ("x + y <= 3", ("general",)),
+    ("2 * x <= y", ("general",)),
+])
+def test_classify_names_the_layer_of_each_atom(text: str, kind: tuple) -> None:
+    from guardsolve.solve.simplify import classify
+
+    assert classify(_f(text)) == kind
+
+
+def test_simplify_hands_the_trace_example_to_z3_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace's example sizes replace z3's first model (see the reduce_component example test)."""
+    import guardsolve.solve.simplify as simplify_module
+
+    seen: list[object] = []
+    real = simplify_module.reduce_component
+    monkeypatch.setattr(simplify_module, "reduce_component",
+                        lambda *a, **k: seen.append(a[7] if len(a) > 7 else k.get("example")) or real(*a, **k))
+    gs = simplify(guardsolve.trace(lambda x: x.reshape(-1, 2), torch.ones(6)))
+    assert seen == [{"x0": 6}]
+    assert texts(gs) == ["x0 >= 2", "x0 % 2 == 0"]
+
+
+def test_contradicting_equalities_name_their_bailouts_and_why() -> None:
+    with pytest.raises(UnsatisfiableGuardsError) as info:
+        simplify(graph("x0 == y0 + 1", "y0 == x0 + 1"))
+    assert str(info.value) == ("unsatisfiable guards: `bool_bailout(i2, expect=True)` and "
+                               "`bool_bailout(i5, expect=True)` (the equalities contradict each other)")
+    # only the equalities about the forced size are named, not `z0 == 2` or `n0 == 4`
+    with pytest.raises(UnsatisfiableGuardsError) as info:
+        simplify(graph("z0 == 2", "x0 == y0 - 3", "y0 == 1", "n0 == 4"))
+    assert str(info.value) == ("unsatisfiable guards: `bool_bailout(i4, expect=True)` and "
+                               "`bool_bailout(i6, expect=True)` (they force size x0 to be -2)")
+
+
+def test_implied_collects_the_order_layer_and_z3_removals() -> None:
+    g = graph("x0 <= 5", "x0 <= 8", "x0 * x0 >= 4", "x0 >= 2")
+    bailouts = [i for i, n in enumerate(g.nodes) if n.op is Op.BOOL_BAILOUT]
+    gs = simplify(g)
+    assert texts(gs) == ["x0 <= 5", "x0 >= 2"]
+    assert sorted(gs.implied) == [bailouts[1], bailouts[2]]  # `x0 <= 8` (order layer), `x0*x0 >= 4` (z3)
+
+
+def test_each_constraint_lists_its_dims_in_input_order() -> None:
+    gs = simplify(graph("x0 != y0 + 1", "x0 != 3", "y0 != 2"))
+    assert [(str(c), c.dims) for c in gs] == [("x0 != 3", ("x0",)), ("y0 != x0 - 1", ("x0", "y0")),
+                                               ("y0 != 2", ("y0",))]
