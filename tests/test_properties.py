@@ -12,8 +12,10 @@ Example counts are those of the `ci` hypothesis profile (derandomized; tests/con
 
 from __future__ import annotations
 
+import pathlib
 import random
 
+import pytest
 import z3
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -275,3 +277,50 @@ def test_floor_division_and_modulo_of_negatives_agree_with_python(g: Graph, seed
              for n0 in range(-6, 7) for _ in range(4)]
     for env in envs:
         assert gs.check_dims(env) == accepts(g, env), (env, str(gs))
+
+
+# -- larger sizes (slow: `python -m pytest -m slow -k larger`) ---------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(40))
+def test_larger_random_graphs_are_exact_and_verified(seed: int) -> None:
+    """Up to 8 tensors of rank 3 and 300 bailouts (the default draws have at most 12), with the
+    example point, a wrong one or none (`with_example`): oracle on random sizes, z3 proofs."""
+    rng = random.Random(seed)
+    g = with_example(random_guard_graph(rng, n_bailouts=rng.randint(50, 300), tensors=rng.randint(3, 8), rank=3,
+                                        nonlinear=seed % 2 == 0, signed=seed % 4 == 1, int_args=2), seed)
+    try:
+        gs = guardsolve.simplify(g)
+    except UnsatisfiableGuardsError:
+        pytest.fail("a graph recorded at a point is satisfiable")
+    for env in assignments(g, seed, 300):
+        assert gs.check_dims(env) == accepts(g, env), (env, str(gs))
+    cert = gs.verify()
+    assert cert.equivalent and cert.irredundant
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [400, 20000])
+def test_scale_workload_is_exact_on_random_sizes_and_its_sample_is_verified(n: int) -> None:
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "benchmarks"))
+    from workloads import scale_guard_graph
+
+    g = scale_guard_graph(n)
+    gs = guardsolve.simplify(g)
+    rng = random.Random(n)
+    example = g.meta["example"]
+    names = sorted(example)
+    accepted = 0
+    for _ in range(200):
+        env = dict(example)
+        for d in rng.sample(names, rng.randint(1, 3)):  # NOTE: a few dims moved: some pass, some fail
+            env[d] = max(0, env[d] + rng.choice([-2, -1, 1, 2, env[d]]))
+        want = accepts(g, env)
+        accepted += want
+        assert gs.check_dims(env) == want
+    assert 0 < accepted < 200
+    if n <= 400:  # NOTE: z3's proof of the whole graph grows fast with its size
+        cert = gs.verify(timeout_ms=60000)
+        assert cert.equivalent and cert.irredundant
