@@ -693,3 +693,102 @@ def test_each_constraint_lists_its_dims_in_input_order() -> None:
     gs = simplify(graph("x0 != y0 + 1", "x0 != 3", "y0 != 2"))
     assert [(str(c), c.dims) for c in gs] == [("x0 != 3", ("x0",)), ("y0 != x0 - 1", ("x0", "y0")),
                                                ("y0 != 2", ("y0",))]
+
+
+# -- the held-out mutation sample's survivors (benchmarks/MUTATION.md), each pinned ------------
+
+def test_disj_flattens_a_nested_or() -> None:
+    from guardsolve.guards.expr import Or, disj
+
+    a, b, c = (rel("le", Poly.var(d), Poly.const(3)) for d in "xyz")
+    nested = disj([disj([a, b]), c])
+    assert isinstance(nested, Or) and nested.args == frozenset({a, b, c})
+
+
+def test_the_zero_polynomial_renders_as_0() -> None:
+    assert Poly.const(0).render() == "0"
+
+
+def test_propagation_takes_one_link_of_a_reversed_chain_per_round() -> None:
+    from guardsolve.solve.bounded import INF, propagate
+
+    # x0 <= 3, x1 <= x0, ..., x7 <= x6, listed far end first: each round bounds one more dim
+    rows = [({f"x{k}": 1, f"x{k - 1}": -1}, 0, "le") for k in range(7, 0, -1)] + [({"x0": 1}, -3, "le")]
+    for rounds, bounded in ((3, 3), (6, 6)):
+        lo, hi = {f"x{k}": 0 for k in range(8)}, {f"x{k}": INF for k in range(8)}
+        assert propagate(rows, lo, hi, rounds=rounds)
+        assert [k for k in range(8) if hi[f"x{k}"] == 3] == list(range(bounded))
+    lo, hi = {f"x{k}": 0 for k in range(8)}, {f"x{k}": INF for k in range(8)}
+    propagate(rows, lo, hi)  # the default: 6 rounds
+    assert hi["x5"] == 3 and hi["x6"] == INF
+
+
+def test_needs_solver_with_disequalities_between_unordered_int_args() -> None:
+    from guardsolve.solve.order import Diseq, needs_solver
+
+    ds = [Diseq("n0", "n1", 0, frozenset({1})), Diseq("n2", "n3", 2, frozenset({2}))]
+    assert needs_solver([], ds) is False
+    assert needs_solver([], [Diseq("n0", "n1", 0, frozenset({1})), Diseq("n0", "n1", 3, frozenset({2}))]) is True
+    # sharing n0: the failing edge n0 -> n2 starts where the question n0 -> n1 does, and n2 reaches nothing
+    assert needs_solver([], [Diseq("n0", "n1", 0, frozenset({1})), Diseq("n0", "n2", 1, frozenset({2}))]) is False
+
+
+def test_an_implied_out_edge_decided_before_the_adjacency_ends() -> None:
+    layer = OrderLayer()
+    layer.add_edge("a", "b", 0, {"a <= b"})     # b - a <= 0
+    layer.add_edge("b", "c", 0, {"b <= c"})
+    layer.add_edge("a", "c", 0, {"a <= c"})     # implied by the two above
+    layer.add_edge("a", "d", 9, {"d <= a + 9"})
+    layer.add_edge("a", "e", 7, {"e <= a + 7"})
+    res = layer.solve()
+    assert {(e.u, e.v) for e in res.edges} == {("a", "b"), ("b", "c"), ("a", "d"), ("a", "e")}
+    assert "a <= c" in res.implied
+
+
+def test_the_last_out_edge_decided_through_z_while_z_has_more_edges() -> None:
+    """`c <= a + 3` follows from `a >= 5` and `c <= 7` (a path a -> Z -> c); the search from a
+    decides it at Z and must stop cleanly although Z has another edge (`d <= 100`)."""
+    layer = OrderLayer()
+    layer.add_edge("a", Z, -5, {"a >= 5"})
+    layer.add_edge(Z, "c", 7, {"c <= 7"})
+    layer.add_edge("a", "c", 3, {"c <= a + 3"})
+    layer.add_edge(Z, "d", 100, {"d <= 100"})
+    res = layer.solve()
+    assert {(e.u, e.v) for e in res.edges} == {("a", Z), (Z, "c"), (Z, "d")}
+    assert "c <= a + 3" in res.implied
+
+
+def test_graph_to_z3_of_a_graph_without_facts_lives_in_the_given_context() -> None:
+    import z3
+
+    from guardsolve.solve.smt import Vars, graph_to_z3
+
+    g = Graph()
+    g.emit(Op.INT_PLACEHOLDER, (), out="a0", name="a0")
+    var = Vars(z3.Context())
+    f = graph_to_z3(g, var)
+    assert f.ctx == var.ctx and z3.is_true(f)
+
+
+def test_a_divisor_of_one_is_allowed_and_zero_is_not() -> None:
+    import z3
+
+    from guardsolve.solve.smt import Vars, graph_to_z3
+
+    g = Graph.parse("n0 = int_arg(name=n0)\nn1 = int_arg(name=n1)\ni0 = int_floordiv(n0, n1)\n"
+                    "i1 = int_const(val=5)\ni2 = int_eq(i0, i1)\nbool_bailout(i2, expect=True)")
+    var = Vars(z3.Context())
+    for d, n, want in ((1, 5, z3.sat), (0, 5, z3.unsat), (2, 11, z3.sat)):
+        s = z3.Solver(ctx=var.ctx)
+        s.add(graph_to_z3(g, var), var("n1") == d, var("n0") == n)
+        assert s.check() == want, (d, n)
+
+
+def test_poly_to_z3_of_the_zero_polynomial() -> None:
+    import z3
+
+    from guardsolve.solve.smt import Vars, poly_to_z3
+
+    var = Vars(z3.Context())
+    z = poly_to_z3(Poly.const(0), var)
+    assert z.ctx == var.ctx and z3.simplify(z).as_long() == 0
