@@ -14,7 +14,7 @@ import torch
 import guardsolve
 from guardsolve.errors import InputMismatchError
 from guardsolve.solve.dynamic import Member
-from guardsolve.solve.export_check import ExportCheckError, _State, as_module, parse_fixes, torch_fixes
+from guardsolve.solve.export_check import ExportCheckError, _State, as_module, check_with_export, parse_fixes, torch_fixes
 
 ROOT = pathlib.Path(__file__).parent.parent
 
@@ -164,7 +164,7 @@ def _judge_against_torch_export(name: str, decl: str, make: Callable[[], Any], i
         assert "Constraints violated" in str(e) or "Suggested fixes" in str(e), str(e)
         theirs = torch_fixes(str(e))
     # the printed spec through the export check: torch.export accepts what it returns as it is
-    checked = j.checked_with_export(fn, args)
+    checked = check_with_export(j, fn, args)
     assert checked.program is not None
     assert {d for p in checked.pins for d in p.dims} == EXPORT_CHECK_PINS.get((name, decl), set()), checked.pins
     for p in checked.pins:  # each pin costs an input that guardsolve's guards and eager PyTorch accept
@@ -225,7 +225,7 @@ def test_lstm_sequence_length_is_free_for_guardsolve_and_pinned_by_torch_export(
         with pytest.raises(Exception, match="input1 = 5"):
             torch.export.export(model, args, dynamic_shapes=spec.spec)
 
-    checked = gs.judge_dynamic(declared, args).checked_with_export(model, args)
+    checked = check_with_export(gs.judge_dynamic(declared, args), model, args)
     (pin,) = checked.pins
     assert (pin.fix, pin.dims, pin.witness, pin.eager, checked.rounds) == ("input1 = 5", ("input1",), {"input1": 6}, None, 2)
     assert str(pin) == ("torch.export pins input1 = 5; guardsolve's guards accept any input1 "
@@ -390,4 +390,4 @@ def test_export_check_of_a_program_torch_export_cannot_trace() -> None:
     x = torch.ones(4, 3)
     j = guardsolve.simplify(guardsolve.trace(f, x, value_guards=True)).judge_dynamic(["x0"], (x,))
     with pytest.raises(ExportCheckError, match=r"torch.export cannot export .*f: GuardOnDataDependentSymNode"):
-        j.checked_with_export(f, (x,))
+        check_with_export(j, f, (x,))

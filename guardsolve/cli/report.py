@@ -190,7 +190,7 @@ def export_checked(gs: GuardSet, info: ReportInfo, trace: Any, dtype: str) -> An
     traced sizes (random tensors of `dtype`, zeros when it is not floating point)."""
     import torch
 
-    from guardsolve.solve.export_check import ExportCheckError
+    from guardsolve.solve.export_check import ExportCheckError, check_with_export
 
     if not info.dynamic:
         raise ExportCheckError("--export-check checks the --dynamic spec: give --dynamic DIM")
@@ -201,7 +201,7 @@ def export_checked(gs: GuardSet, info: ReportInfo, trace: Any, dtype: str) -> An
     dt = getattr(torch, dtype)
     args = [(torch.randn if dt.is_floating_point else torch.zeros)([j.example[d] for d in p.dims], dtype=dt)
             if p.kind == "tensor" else j.example[p.name] for p in trace.signature]
-    return j.checked_with_export(trace.fn, args)
+    return check_with_export(j, trace.fn, args)
 
 
 def python_report(gs: GuardSet, info: ReportInfo) -> str:

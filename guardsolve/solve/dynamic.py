@@ -90,14 +90,6 @@ class Judgement:
     undecided: list[str] = field(default_factory=list)
     guards: Any = field(default=None, repr=False, compare=False)  # the GuardSet judged
 
-    def checked_with_export(self, fn: Any, args: Sequence[Any], max_rounds: int = 4) -> Any:
-        """The spec as `torch.export.export(fn, args)` accepts it: torch.export's suggested fixes
-        that narrow it applied, each noted with an input guardsolve's guards accept and it
-        rejects (`export_check.ExportCheck`; `export_check.ExportCheckError` when it cannot)."""
-        from guardsolve.solve.export_check import check_with_export
-
-        return check_with_export(self, fn, args, max_rounds)
-
 
 # -- the example point ----------------------------------------------------------------------
 
