@@ -185,9 +185,6 @@ class Contexts:
         if self._s is None or self._uses >= self.per or self._declared & dims:
             s = self._s = z3.Solver(ctx=z3.Context())
             s.set("timeout", self.timeout_ms)
-            # NOTE: relevancy filtering costs more than it saves on these small components
-            # (about 1.5x per check on the scale workload); it changes the search, not the answers.
-            s.set("smt.relevancy", 0)
             s.from_string(semantics.SMTLIB_DEFS)
             self._declared, self._uses = set(), 0
         self._uses += 1
