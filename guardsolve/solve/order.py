@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable
 
 from guardsolve.solve.unify import Conflict
 
@@ -56,7 +56,8 @@ class OrderResult:
 class OrderLayer:
     """Bounds, differences and disequalities over dims (plus the zero node `Z`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tight_limit: int = 1 << 14) -> None:
+        self.tight_limit = tight_limit  # the largest component given reach bitsets (`_Tight`)
         self.edges: dict[tuple[str, str], Edge] = {}
         self.diseqs: dict[tuple[str, str, int], Diseq] = {}
         self.implied: set = set()
@@ -216,25 +217,46 @@ class OrderLayer:
                  queries: list[tuple[str, str, int]]) -> dict[tuple[str, str], float]:
         """dist(s, t) for each query (s, t, limit): exact when it is <= limit, else INF or exact.
 
-        NOTE: keyed by (s, t) alone; queries differing only in limit share the widest search.
+        Most queries need no search: h[t] - h[s] is a lower bound on dist(s, t), exact when a
+        tight path joins them (`_Tight`), and paths through Z weigh at least
+        dist(s, Z) + dist(Z, t), which two searches from Z give for every node at once.
+        NOTE: keyed by (s, t) alone; queries differing only in limit share the widest.
         """
-        by_source: dict[str, list[tuple[str, int]]] = defaultdict(list)
-        out: dict[tuple[str, str], float] = {}
+        widest: dict[tuple[str, str], int] = {}
         for s, t, limit in queries:
+            widest[(s, t)] = max(widest.get((s, t), limit), limit)
+        out: dict[tuple[str, str], float] = {}
+        if not widest:
+            return out
+        from_z, to_z = self._from_to_z(adj, h)
+        tight = _Tight(adj, h, self.tight_limit)
+        by_source: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        for (s, t), limit in widest.items():
             if s == t:
                 out[(s, t)] = 0
             elif s not in h or t not in h:
                 out[(s, t)] = INF
+            elif s == Z:
+                out[(s, t)] = from_z.get(t, INF)
+            elif t == Z:
+                out[(s, t)] = to_z.get(s, INF)
+            elif h[t] - h[s] > limit:
+                out[(s, t)] = INF  # NOTE: above the limit: "INF or exact" allows INF
+            elif tight.known(s) and tight.known(t) and tight.reaches(s, t):
+                out[(s, t)] = h[t] - h[s]
             else:
                 by_source[s].append((t, limit))
         for s, targets in by_source.items():
-            radii: dict[str, float] = {}
-            for t, limit in targets:
-                radii[t] = max(radii.get(t, -INF), limit + h[s] - h[t])
-            found = self._search(adj, h, s, radii)
+            found = self._search(adj, h, s, {t: limit + h[s] - h[t] for t, limit in targets})
             for t, _ in targets:
                 out[(s, t)] = found.get(t, INF)
         return out
+
+    def _from_to_z(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+        """dist(Z, x) and dist(x, Z) for every x that has one."""
+        if Z not in h:
+            return {}, {}
+        return self._search(adj, h, Z), self._search(self._reverse(adj, h), h, Z, back=True)
 
     def _zero_cycles(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> list[tuple[str, str, int, set]]:
         """Nodes on a zero-weight cycle are equal up to an offset (SCCs of tight edges)."""
@@ -291,7 +313,11 @@ class OrderLayer:
 
         `u -> v (w)` is implied when a path from u other than the edge itself reaches v with
         weight <= w. Bounds (edges from or to Z) are decided by one full search each way from
-        Z; the other edges by one search per source node.
+        Z. For the other edges, a path through Z weighs at least dist(u, Z) + dist(Z, v), and
+        a path avoiding Z weighs at least h[v] - h[u], exactly that along tight edges
+        (`_Tight`): so a tight edge is implied exactly when another tight path joins its ends
+        or the way through Z is as light, and any edge with a tight path beside it is
+        implied. What is left is decided by one search per source node.
         NOTE: with no zero-weight cycle left (solve() unified them), a path back through the
         edge itself is strictly heavier, and two edges cannot each be the other's only
         alternative, so removing every implied edge at once is the same as one at a time.
@@ -299,6 +325,7 @@ class OrderLayer:
         radj = self._reverse(adj, h)
         from_z = self._search(adj, h, Z) if Z in h else {}
         to_z = self._search(radj, h, Z, back=True) if Z in h else {}
+        tight = _Tight(adj, h, self.tight_limit)
         by_source: dict[str, list[Edge]] = defaultdict(list)
         implied: list[Edge] = []
         for e in self.edges.values():
@@ -312,6 +339,16 @@ class OrderLayer:
                 alt = min((from_z[f.u] + f.w for f in radj.get(e.v, ()) if f is not e and f.u in from_z), default=INF)
                 if alt <= e.w:
                     implied.append(e)
+            elif to_z.get(e.u, INF) + from_z.get(e.v, INF) <= e.w:
+                implied.append(e)  # NOTE: a walk this light cannot use e itself (it would close a cycle > 0)
+            elif tight.known(e.u) and tight.known(e.v):
+                if e.w + h[e.u] - h[e.v] == 0:
+                    if (e.u, e.v) in tight.redundant:
+                        implied.append(e)
+                elif tight.reaches(e.u, e.v):
+                    implied.append(e)
+                else:
+                    by_source[e.u].append(e)
             else:
                 by_source[e.u].append(e)
         for u, out in by_source.items():
@@ -359,8 +396,80 @@ class OrderLayer:
         return found
 
 
-def _topological(adj: dict[str, list[Edge]], nodes: set[str]) -> list[str]:
-    """Reverse DFS postorder: a topological order when the graph has no cycle, a good guess otherwise."""
+class _Tight:
+    """Which nodes each node reaches by a path of tight edges (reduced weight 0), Z aside.
+
+    A tight path from s to t weighs exactly h[t] - h[s], the least any path can weigh, so
+    one bit test answers a distance question that would otherwise be a search. With no
+    zero-weight cycle the tight edges form a DAG; reach sets are bitsets indexed within
+    each weakly connected component. A component over `limit` nodes (its sets would take
+    quadratic memory) and a graph whose tight edges do form a cycle get no sets: callers
+    then search as before.
+
+    >>> h = {"a": 0, "b": -1, "c": -2}
+    >>> adj = {"a": [Edge("a", "b", -1), Edge("a", "c", -2)], "b": [Edge("b", "c", -1)]}
+    >>> t = _Tight(adj, h)
+    >>> t.reaches("a", "c"), t.reaches("c", "a"), sorted(t.redundant)
+    (True, False, [('a', 'c')])
+    """
+
+    def __init__(self, adj: dict[str, list[Edge]], h: dict[str, int], limit: int = 1 << 14) -> None:
+        succ: dict[str, list[str]] = {}
+        parent: dict[str, str] = {}
+
+        def find(x: str) -> str:
+            while parent.setdefault(x, x) != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for u, es in adj.items():
+            if u == Z:
+                continue
+            out = [e.v for e in es if e.v != Z and e.w + h[u] - h[e.v] == 0]
+            succ[u] = out
+            for v in out:
+                ru, rv = find(u), find(v)
+                if ru != rv:
+                    parent[ru] = rv
+        members: dict[str, list[str]] = defaultdict(list)
+        for x in list(parent):
+            members[find(x)].append(x)
+        self.comp: dict[str, str] = {}
+        self.bit: dict[str, int] = {}
+        self.reach: dict[str, int] = {}
+        self.redundant: set[tuple[str, str]] = set()  # tight edges another tight path implies
+        for root, xs in members.items():
+            if len(xs) > limit:
+                continue
+            order = _topological(succ, set(xs), lambda v: v)
+            index = {x: i for i, x in enumerate(order)}
+            if any(index[v] <= index[u] for u in xs for v in succ.get(u, ())):
+                continue  # NOTE: a tight cycle; solve() unifies those first, so never expected
+            for x in xs:
+                self.comp[x] = root
+                self.bit[x] = 1 << index[x]
+            for x in reversed(order):
+                acc = 0
+                # NOTE: in topological order a successor reachable from another comes after it
+                for v in sorted(succ.get(x, ()), key=index.__getitem__):
+                    if acc & self.bit[v]:
+                        self.redundant.add((x, v))
+                    else:
+                        acc |= self.bit[v] | self.reach[v]
+                self.reach[x] = acc
+
+    def known(self, x: str) -> bool:
+        return x in self.reach
+
+    def reaches(self, s: str, t: str) -> bool:
+        """Is there a non-empty tight path from s to t (both known)?"""
+        return self.comp.get(s) == self.comp.get(t) and bool(self.reach[s] & self.bit[t])
+
+
+def _topological(adj: dict[str, list[Any]], nodes: set[str], head: Callable[[Any], str] = lambda e: e.v) -> list[str]:
+    """Reverse DFS postorder: a topological order when the graph has no cycle, a good guess
+    otherwise. `adj` maps a node to its out-edges; `head` gives an edge's target."""
     seen: set[str] = set()
     post: list[str] = []
     for root in sorted(nodes):
@@ -371,9 +480,10 @@ def _topological(adj: dict[str, list[Edge]], nodes: set[str]) -> list[str]:
         while stack:
             x, it = stack[-1]
             for e in it:
-                if e.v not in seen:
-                    seen.add(e.v)
-                    stack.append((e.v, iter(adj.get(e.v, ()))))
+                y = head(e)
+                if y not in seen:
+                    seen.add(y)
+                    stack.append((y, iter(adj.get(y, ()))))
                     break
             else:
                 stack.pop()
