@@ -88,6 +88,8 @@ _LOGIC: dict[str, tuple[Op, Callable[[Any, Any], bool]]] = {
     "sym_and": (Op.BOOL_AND, lambda a, b: a and b), "sym_or": (Op.BOOL_OR, lambda a, b: a or b),
     "and_": (Op.BOOL_AND, lambda a, b: a and b), "or_": (Op.BOOL_OR, lambda a, b: a or b),
 }
+# The recorded binary operations, by SymNode method name.
+_BINARY = _INT_OPS | _COMPARE | _LOGIC
 # NOTE: the guard graph has no floats: a float computed from a size (`x.shape[-1] ** 0.5`,
 # `size / 2`) specializes its int inputs, recording `x == value` the way `int(x)` does.
 _FLOAT_OPS: dict[str, Callable[[Any, Any], Any]] = {
@@ -96,30 +98,31 @@ _FLOAT_OPS: dict[str, Callable[[Any, Any], Any]] = {
     "sym_min": min, "sym_max": max, "lshift": operator.lshift, "rshift": operator.rshift,
     "bitwise_and": operator.and_, "bitwise_or": operator.or_, "bitwise_xor": operator.xor,
 }
-_FOLD = {**{k: f for k, (_, f) in _INT_OPS.items()}, **{k: f for k, (_, f) in _COMPARE.items()},
-         **{k: f for k, (_, f) in _LOGIC.items()}, **_FLOAT_OPS}
+_FOLD = {**{k: f for k, (_, f) in _BINARY.items()}, **_FLOAT_OPS}
 _COMMUTATIVE = frozenset({Op.INT_ADD, Op.INT_MUL, Op.INT_EQ, Op.INT_NE, Op.BOOL_AND, Op.BOOL_OR})
 # Ops that fold to a constant when both sides are the same node.
 _SELF_TRUE = frozenset({Op.INT_EQ, Op.INT_LE, Op.INT_GE})
 _SELF_FALSE = frozenset({Op.INT_NE, Op.INT_LT, Op.INT_GT})
+_SELF = _SELF_TRUE | _SELF_FALSE
+_DIVIDES = frozenset({Op.INT_FLOORDIV, Op.INT_MOD})
 
 
-def _identity(name: str, a: "SymGuard", b: "SymGuard") -> "SymGuard | None":
+def _identity(op: Op, a: "SymGuard", b: "SymGuard") -> "SymGuard | None":
     """`x + 0`, `x * 1`, `x // 1`, `x % 1`, `x * 0`: exact for Python ints, so PyTorch's
     `1 * size` and `(n - 0) // 1` never reach the guard graph."""
     if a.pytype is not int or b.pytype is not int:
         return None
     if b.const:
-        if b.hint == 0 and name in ("add", "sub"):
+        if b.hint == 0 and (op is Op.INT_ADD or op is Op.INT_SUB):
             return a
-        if b.hint == 1 and name in ("mul", "floordiv", "int_floordiv"):
+        if b.hint == 1 and (op is Op.INT_MUL or op is Op.INT_FLOORDIV):
             return a
-        if (b.hint == 1 and name == "mod") or (b.hint == 0 and name == "mul"):
+        if (b.hint == 1 and op is Op.INT_MOD) or (b.hint == 0 and op is Op.INT_MUL):
             return a._wrap(0)
     if a.const:
-        if (a.hint == 0 and name == "add") or (a.hint == 1 and name == "mul"):
+        if (a.hint == 0 and op is Op.INT_ADD) or (a.hint == 1 and op is Op.INT_MUL):
             return b
-        if a.hint == 0 and name == "mul":
+        if a.hint == 0 and op is Op.INT_MUL:
             return a._wrap(0)
     return None
 
@@ -139,6 +142,9 @@ class Recorder:
         self.depth = 0  # > 0 inside PyTorch's shape rules for one op
         self.loc: SourceLoc | None = None  # the user line of the torch call in progress
         self._memo: dict[tuple[Any, ...], str] = {}
+        # NOTE: inside shape rules (depth > 0) an operation on the same guard-graph names gives
+        # the same node: its result is kept, so a repeated size computation is one lookup
+        self._results: dict[tuple[Any, ...], "SymGuard"] = {}
         # NOTE: a deterministic structural key per guard-graph name, to order the operands of
         # commutative ops the same way in every trace (names depend on creation order)
         self._shape: dict[str, tuple[int, int]] = {}
@@ -238,6 +244,17 @@ class Recorder:
         self.guards.meta.setdefault("example", {})[name] = hint
         return SymGuard(self, hint, int, name, origin=(tensor, Op.VAR_SIZE, index) if tensor is not None else None,
                         t=name if tensor is None else None)
+
+
+def _method(name: str) -> Callable[["SymGuard", "SymGuard"], "SymGuard"]:
+    """The SymNode method `name` (`add`, `eq`, ...): `_binary` with the op and its Python fold."""
+    op, fn = _BINARY[name]
+
+    def method(self: "SymGuard", other: "SymGuard") -> "SymGuard":
+        return self._binary(op, fn, other)
+
+    method.__name__ = method.__qualname__ = name
+    return method
 
 
 class SymGuard(SymNode):
@@ -361,27 +378,41 @@ class SymGuard(SymNode):
             a._force()
         if all(a.const for a in args):
             return self._wrap(value)
-        if len(args) == 2 and args[0].g is not None and args[0].g == args[1].g:
-            if op in _SELF_TRUE or op in _SELF_FALSE:
-                return self._wrap(op in _SELF_TRUE)
         loc = rec.location()
         out = SymGuard(rec, value, type(value), rec.g_op(op, tuple(a._g() for a in args), loc))
         if rec.depth == 0 and rec.trace is not None:
             out.t = rec.trace.emit(op, tuple(rec.t_name(a) for a in args), meta={"loc": loc})
         return out
 
-    def _binary(self, name: str, other: "SymGuard") -> "SymGuard":
+    def _binary(self, op: Op, fn: Callable[[Any, Any], Any], other: "SymGuard") -> "SymGuard":
+        """`self op other`, recorded; the hot path of every shape rule, so written out flat."""
+        if self.lazy is not None:
+            self._force()
+        if other.lazy is not None:
+            other._force()
         if self.pytype is float or other.pytype is float:
-            return self._wrap(_FOLD[name](self._pin(), other._pin()))
-        same = _identity(name, self, other)
-        if same is not None:
-            return same
-        if name in ("floordiv", "int_floordiv", "mod") and self.rec.depth and not other.const:
-            cancelled = self._cancel(other, name == "mod")
-            if cancelled is not None:
-                return cancelled
-        table = _INT_OPS if name in _INT_OPS else _COMPARE if name in _COMPARE else _LOGIC
-        op, fn = table[name]
+            return self._wrap(fn(self._pin(), other._pin()))
+        if self.const or other.const:
+            if self.const and other.const:
+                return self._wrap(fn(self.hint, other.hint))
+            same = _identity(op, self, other)
+            if same is not None:
+                return same
+        elif self.g == other.g and op in _SELF:
+            return self._wrap(op in _SELF_TRUE)
+        rec = self.rec
+        if rec.depth:
+            if op in _DIVIDES and not other.const:
+                cancelled = self._cancel(other, op is Op.INT_MOD)
+                if cancelled is not None:
+                    return cancelled
+            key = (op, self.g if not self.const else rec.g_const(self.hint),
+                   other.g if not other.const else rec.g_const(other.hint))
+            out = rec._results.get(key)
+            if out is None:
+                value = fn(self.hint, other.hint)
+                out = rec._results[key] = SymGuard(rec, value, type(value), rec.g_op(op, key[1:], rec.loc))
+            return out
         return self._record(op, (self, other), fn(self.hint, other.hint))
 
     def _cancel(self, den: "SymGuard", mod: bool) -> "SymGuard | None":
@@ -407,25 +438,25 @@ class SymGuard(SymNode):
             g = rec.g_op(Op.INT_MUL, (g, f), rec.location())
         return SymGuard(rec, hint, int, g)
 
-    def add(self, o: "SymGuard") -> "SymGuard": return self._binary("add", o)
-    def sub(self, o: "SymGuard") -> "SymGuard": return self._binary("sub", o)
-    def mul(self, o: "SymGuard") -> "SymGuard": return self._binary("mul", o)
-    def floordiv(self, o: "SymGuard") -> "SymGuard": return self._binary("floordiv", o)
-    def int_floordiv(self, o: "SymGuard") -> "SymGuard": return self._binary("floordiv", o)
-    def mod(self, o: "SymGuard") -> "SymGuard": return self._binary("mod", o)
-    def eq(self, o: "SymGuard") -> "SymGuard": return self._binary("eq", o)
-    def ne(self, o: "SymGuard") -> "SymGuard": return self._binary("ne", o)
-    def lt(self, o: "SymGuard") -> "SymGuard": return self._binary("lt", o)
-    def le(self, o: "SymGuard") -> "SymGuard": return self._binary("le", o)
-    def gt(self, o: "SymGuard") -> "SymGuard": return self._binary("gt", o)
-    def ge(self, o: "SymGuard") -> "SymGuard": return self._binary("ge", o)
-    def sym_and(self, o: "SymGuard") -> "SymGuard": return self._binary("sym_and", o)
-    def sym_or(self, o: "SymGuard") -> "SymGuard": return self._binary("sym_or", o)
+    add = _method("add")
+    sub = _method("sub")
+    mul = _method("mul")
+    floordiv = int_floordiv = _method("floordiv")
+    mod = _method("mod")
+    eq = _method("eq")
+    ne = _method("ne")
+    lt = _method("lt")
+    le = _method("le")
+    gt = _method("gt")
+    ge = _method("ge")
+    sym_and = _method("sym_and")
+    sym_or = _method("sym_or")
+
     def and_(self, o: "SymGuard") -> "SymGuard":
-        return self._binary("and_", o) if self.pytype is bool else self._specialized("bitwise_and", o)
+        return self._binary(Op.BOOL_AND, _FOLD["and_"], o) if self.pytype is bool else self._specialized("bitwise_and", o)
 
     def or_(self, o: "SymGuard") -> "SymGuard":
-        return self._binary("or_", o) if self.pytype is bool else self._specialized("bitwise_or", o)
+        return self._binary(Op.BOOL_OR, _FOLD["or_"], o) if self.pytype is bool else self._specialized("bitwise_or", o)
 
     def sym_not(self) -> "SymGuard":
         return self._record(Op.BOOL_NOT, (self,), not self.hint)
