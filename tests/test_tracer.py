@@ -314,8 +314,35 @@ def test_data_dependent_control_flow_names_the_line() -> None:
     assert "if x.sum() > 0:  # data, not shape" in str(info.value) and "value_guards=True" in str(info.value)
     with pytest.raises(guardsolve.DataDependentError, match=r"\.item\(\)"):
         guardsolve.trace(lambda x: x * x.sum().item(), torch.ones(3))
-    with pytest.raises(guardsolve.DataDependentError, match="aten.nonzero.*depends on tensor data"):
-        guardsolve.trace(lambda x: torch.nonzero(x), torch.ones(3))
+    with pytest.raises(guardsolve.DataDependentError, match="u0, the size aten.nonzero.default computes from "
+                       r"tensor data.*len\(torch.nonzero\(x\)\)"):
+        guardsolve.trace(lambda x: x[:len(torch.nonzero(x))], torch.ones(3))
+    with pytest.raises(guardsolve.DataDependentError, match="aten.linalg_lstsq.*depends on tensor data"):
+        guardsolve.trace(lambda a, b: torch.linalg.lstsq(a, b).solution, torch.randn(3, 2), torch.randn(3, 1))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.nonzero(x),
+    lambda x: torch.argwhere(x).sum(0) + x.shape[0],
+    lambda x: torch.masked_select(x, x > 0),
+    lambda x: torch.unique(x, return_inverse=True, return_counts=True),
+    lambda x: torch.unique_consecutive(x, return_counts=True),
+    lambda x: torch.unique(x, dim=0),
+])
+def test_data_shaped_outputs_get_unbacked_sizes(fn) -> None:
+    """An op whose output size depends on data gets a fresh unbacked size (as FakeTensor's
+    `fake_impls` do): it traces, equals eager, and its guards are exact on other shapes."""
+    x = torch.tensor([[0.0, 1.0, 1.0], [2.0, 0.0, 2.0]])
+    t = guardsolve.trace(fn, x)
+    for got, want in zip(torch.utils._pytree.tree_leaves(t.output), torch.utils._pytree.tree_leaves(fn(x))):
+        assert torch.equal(got, want)
+    gs = guardsolve.simplify(t)
+    assert "u0" not in str(gs) and "int_unbacked" not in str(t.guard_graph())
+    assert str(guardsolve.guard_graph(t.graph)) == str(t.guard_graph())  # a saved trace reinterprets alike
+    for shape in [(2, 3), (1, 3), (3, 1), (4, 5), (0, 2)]:
+        y = torch.randint(0, 3, shape).float()
+        retraced = guardsolve.trace(fn, y).guard_graph()
+        assert gs.check(y) == (str(retraced) == str(t.guard_graph())), shape
 
 
 def test_value_guards_opt_in() -> None:

@@ -13,6 +13,7 @@ torch.Size([2, 4])
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch
@@ -23,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from guardsolve.guards.symbolic import Recorder, SymGuard
+from guardsolve.ir.aten import qualified_name
 
 # NOTE: FakeTensor's list: view_copy ops and these have C++ meta kernels that accept SymInts.
 _CPP_SYMINT = frozenset({
@@ -38,7 +40,13 @@ def _prefers_kernel(func: Any) -> bool:
 
 
 class ShapeRules(TorchDispatchMode):
-    """A dispatch mode over meta tensors that picks each op's shape rule in FakeTensor's order."""
+    """A dispatch mode over meta tensors that picks each op's shape rule in FakeTensor's order.
+
+    `rec` supplies the fresh sizes of ops whose output shape depends on tensor data."""
+
+    def __init__(self, rec: Recorder | None = None) -> None:
+        super().__init__()
+        self.rec = rec
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
@@ -46,6 +54,11 @@ class ShapeRules(TorchDispatchMode):
         handler = _METADATA.get(func)
         if handler is not None:
             return handler(*args)
+        data_shaped = DATA_SHAPED.get(func)
+        if data_shaped is not None and self.rec is not None:
+            rec = self.rec
+            with self:
+                return data_shaped(lambda numel, pick: _unbacked(rec, func, numel, pick), *args, **kwargs)
         promotion = _FAST_BINARY.get(func)
         if promotion is not None:
             out = _fast_binary(args, promotion)
@@ -167,9 +180,58 @@ _EAGER_CHECKS: dict[Any, Callable[..., None]] = {
 }
 
 
-def shape_rule(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _unbacked(rec: Recorder, func: Any, numel: Any, pick: Callable[[Any], int]) -> Any:
+    """A fresh size for `func`'s data-dependent output, `pick(eager's output)` while tracing;
+    0 when `numel` (the most it can be) is a static 0, as FakeTensor does."""
+    if isinstance(numel, int) and numel == 0:
+        return 0
+    # NOTE: eager's output is that of the op traced now; a data-shaped op nested in its rule
+    # (`index` with a bool mask runs `nonzero`) reads it once, as the first such op. A wrong
+    # value there shows as a disagreement with eager, which the tracer reports.
+    real, rec.real = rec.real, None
+    return torch.SymInt(rec.unbacked(qualified_name(func), pick(real) if real is not None else 0))
+
+
+def _unique(new: Callable[[Any], Any], x: torch.Tensor, dim: int | None, inverse: bool, counts: bool) -> Any:
+    """FakeTensor's `_unique`: unique values along `dim` (all of `x` when None), and the
+    inverse indices and counts (empty unless asked for; eager CPU fills them when `dim` is given)."""
+    if dim is not None:
+        dim = dim % max(x.dim(), 1)
+    n = new(x.numel() if dim is None else x.size(dim), lambda real: real[0].shape[0 if dim is None else dim])
+    out = x.new_empty((n,)) if dim is None else x.new_empty((*x.shape[:dim], n, *x.shape[dim + 1:]))
+    filled = dim is not None
+    inv = x.new_empty(tuple(x.shape) if dim is None else (x.shape[dim],), dtype=torch.int64) if inverse or filled \
+        else x.new_empty((0,), dtype=torch.int64)
+    cnt = x.new_empty((n,), dtype=torch.int64) if counts or filled else x.new_empty((0,), dtype=torch.int64)
+    return out, inv, cnt
+
+
+def _masked_select(new: Callable[[Any], Any], x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    shape = torch.broadcast_shapes(x.shape, mask.shape)  # NOTE: eager's check, as guards
+    return x.new_empty((new(math.prod(shape), lambda real: real.shape[0]),))
+
+
+# Ops whose output shape depends on tensor data (FakeTensor's `fake_impls`): the shape rule
+# takes `new(numel, pick)`, a fresh unbacked size (at most `numel`; `pick` reads its value
+# from eager's output), and builds the outputs around it.
+DATA_SHAPED: dict[Any, Callable[..., Any]] = {
+    _aten.nonzero.default: lambda new, x: x.new_empty_strided((n := new(x.numel(), lambda real: real.shape[0]), x.dim()),
+                                                              (1, n), dtype=torch.int64),
+    _aten.masked_select.default: _masked_select,
+    _aten._unique2.default: lambda new, x, sorted=True, return_inverse=False, return_counts=False:
+        _unique(new, x, None, return_inverse, return_counts),
+    _aten._unique.default: lambda new, x, sorted=True, return_inverse=False:
+        _unique(new, x, None, return_inverse, False)[:2],
+    _aten.unique_dim.default: lambda new, x, dim, sorted=True, return_inverse=False, return_counts=False:
+        _unique(new, x, dim, return_inverse, return_counts),
+    _aten.unique_consecutive.default: lambda new, x, return_inverse=False, return_counts=False, dim=None:
+        _unique(new, x, dim, return_inverse, return_counts),
+}
+
+
+def shape_rule(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], rec: Recorder | None = None) -> Any:
     """The meta result of `func(*args, **kwargs)`: PyTorch's rule decides its shape."""
-    with enable_python_dispatcher(), ShapeRules():
+    with enable_python_dispatcher(), ShapeRules(rec):
         return func(*args, **kwargs)
 
 
@@ -189,7 +251,8 @@ class RuleCache:
 
     def __call__(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         rec = self.rec
-        key = None if func._schema.is_mutable else _key(func, args, kwargs)
+        # NOTE: two calls of a data-shaped op on the same shapes have different output sizes
+        key = None if func._schema.is_mutable or func in DATA_SHAPED else _key(func, args, kwargs)
         hit = self.entries.get(key) if key is not None else None
         if hit is not None:
             out, guards = hit
@@ -198,7 +261,7 @@ class RuleCache:
             return tree_map(_fresh(rec), out)
         outer, rec.capture = rec.capture, []
         try:
-            out = shape_rule(func, args, kwargs)
+            out = shape_rule(func, args, kwargs, rec)
             guards = rec.capture
         finally:
             captured, rec.capture = rec.capture, outer

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from torch.fx.experimental.sym_node import SymNode
 
-from guardsolve.errors import TraceError
+from guardsolve.errors import DataDependentError, TraceError
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.node import SourceLoc
 from guardsolve.ir.ops import Op
@@ -156,6 +156,7 @@ class Recorder:
         self.capture: list[tuple[str, bool]] | None = None  # bailouts of the shape rule running now
         self.products: dict[str, tuple[str, str]] = {}  # int_mul nodes of the guard graph, by name
         self.rules: Any = None  # PyTorch's shape rules for this trace (a `rules.RuleCache`)
+        self.real: Any = None  # eager's output of the op whose shape rule runs now (tracing only)
         # NOTE: what the trace assumed about the inputs' memory layout (a cache must check it):
         # a contiguity decision or a view was made, or user code read a stride's value.
         self.layout_observed = False
@@ -237,6 +238,20 @@ class Recorder:
         node.t = self.trace.emit(Op.SIZE_INDEX, (sizes,), index=index)
         return node.t
 
+    def unbacked(self, what: str, hint: int) -> "SymGuard":
+        """A fresh size that an op computes from tensor data (`what` says which op, for errors).
+
+        It has no value any guard could check at entry: observing it (or anything computed
+        from it) raises DataDependentError, and its node never reaches a bailout. Its hint
+        is eager's value while tracing (eager calls get it as an argument), a stand-in when
+        a saved trace is reinterpreted.
+        """
+        name = f"u{sum(1 for n in self.guards.nodes if n.op is Op.INT_UNBACKED)}"
+        g = self.guards.emit(Op.INT_UNBACKED, (), name=name)
+        node = SymGuard(self, hint, int, g)
+        node.data = f"{name}, the size {what} computes from tensor data"
+        return node
+
     def input_dim(self, name: str, hint: int, kind: Op, tensor: str | None, index: int) -> "SymGuard":
         """A placeholder dim `name` of the guard graph; its example value goes to `meta["example"]`
         (every recorded bailout holds there, so simplify starts from it instead of a solver model)."""
@@ -270,6 +285,7 @@ class SymGuard(SymNode):
     shape_env = None  # read by torch's helpers; None makes them call guard_bool/_int.
     fx_node = None
     hint: Any = None  # NOTE: shadows SymNode's property: a plain attribute, set per node
+    data: str | None = None  # set when the value depends on an unbacked size (`Recorder.unbacked`)
 
     def __init__(self, rec: Recorder, hint: Any, pytype: type, g: str | None, *,
                  origin: tuple[str, Op, int] | None = None, t: str | None = None, const: bool = False):
@@ -316,7 +332,7 @@ class SymGuard(SymNode):
         return self.hint
 
     def has_hint(self) -> bool:
-        return True
+        return self.data is None
 
     def require_hint(self, fallback: Any = None) -> Any:
         return self.hint
@@ -380,6 +396,7 @@ class SymGuard(SymNode):
             return self._wrap(value)
         loc = rec.location()
         out = SymGuard(rec, value, type(value), rec.g_op(op, tuple(a._g() for a in args), loc))
+        out.data = next((a.data for a in args if a.data is not None), None)
         if rec.depth == 0 and rec.trace is not None:
             out.t = rec.trace.emit(op, tuple(rec.t_name(a) for a in args), meta={"loc": loc})
         return out
@@ -420,7 +437,7 @@ class SymGuard(SymNode):
         anyway, so the guard says the same). PyTorch's view rules divide numels by the sizes
         they are products of; folding keeps a reshaped size the very name it came from."""
         rec = self.rec
-        if self.const or self.g is None or den.g is None or den.hint == 0:
+        if self.const or self.g is None or den.g is None or den.hint == 0 or self.data or den.data:
             return None
         num, rest = rec.factors(self.g), rec.factors(den.g)
         for f in rest:
@@ -570,6 +587,8 @@ class SymGuard(SymNode):
 
     def guard_bool(self, file: str, line: int) -> bool:
         self._force()
+        if self.data is not None:
+            raise self._data_dependent()
         if not self.const:
             rec = self.rec
             loc = rec.location()
@@ -592,16 +611,36 @@ class SymGuard(SymNode):
     def int_(self) -> int:
         return self.guard_int("", 0)
 
-    # NOTE: every value has a hint, so these observe it; unbacked sizes do not exist here.
-    expect_true = guard_bool
-    expect_size = guard_bool
+    def _data_dependent(self) -> DataDependentError:
+        loc = self.rec.location()
+        at = f" — {loc}" if loc is not None else ""
+        return DataDependentError(f"a shape decision depends on {self.data}; shape guards cannot check "
+                                  f"it{at}")
+
+    # NOTE: a value with a hint is observed, so these record a guard; an unbacked size's
+    # decisions raise (`guard_bool`).
     guard_size_oblivious = guard_bool
+
+    def expect_true(self, file: str, line: int) -> bool:
+        """PyTorch's checks that its kernels assert (`TORCH_SYM_CHECK`): observed like any guard.
+        On an unbacked size it is assumed, as PyTorch defers it to a runtime assert: the eager
+        kernel a replay runs makes the same check."""
+        self._force()
+        return True if self.data is not None else self.guard_bool(file, line)
+
+    expect_size = expect_true
 
     # NOTE: PyTorch may answer these without a guard (for sizes it has no value of); with a
     # value at hand the answer is observed, so re-tracing at other sizes takes the same path
-    # exactly when the guards hold.
-    guard_or_false = guard_bool
-    guard_or_true = guard_bool
+    # exactly when the guards hold. Without one (an unbacked size) PyTorch's contract holds:
+    # the branch taken is valid whatever the value, so no guard is needed.
+    def guard_or_false(self, file: str, line: int) -> bool:
+        self._force()
+        return False if self.data is not None else self.guard_bool(file, line)
+
+    def guard_or_true(self, file: str, line: int) -> bool:
+        self._force()
+        return True if self.data is not None else self.guard_bool(file, line)
 
     def statically_known_true(self, file: str, line: int) -> bool:
         return bool(self.const and self.hint)

@@ -39,6 +39,7 @@ class Op(Enum):
     INT_CONST = "int_const"
     INT_PLACEHOLDER = "int_placeholder"
     INT_ARG = "int_arg"
+    INT_UNBACKED = "int_unbacked"  # a size an op computed from tensor data (never in a checkable guard)
     INT_ADD = "int_add"
     INT_SUB = "int_sub"
     INT_MUL = "int_mul"
@@ -132,6 +133,7 @@ SPECS: Mapping[Op, OpSpec] = {
     Op.INT_CONST: OpSpec((), _I, {"val": int}),
     Op.INT_PLACEHOLDER: OpSpec((), _I, {"name": str}),
     Op.INT_ARG: OpSpec((), _I, {"name": str}, optional={"val": int}),
+    Op.INT_UNBACKED: OpSpec((), _I, {"name": str}),
     **{op: _binary(_I, _I) for op in INT_ARITH},
     **{op: _binary(_I, _B) for op in INT_COMPARE},
     Op.SIZE_INDEX: OpSpec((_S,), _I, {"index": int}),

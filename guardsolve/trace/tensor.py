@@ -49,7 +49,9 @@ def _aliased(rec: Recorder, size: Any, name: str, kind: Op, index: int = 0) -> A
     reads it from."""
     if isinstance(size, torch.SymInt) and isinstance(size.node, SymGuard) and not size.node.const:
         node = size.node
-        return torch.SymInt(SymGuard(rec, node.hint, int, node.g, origin=(name, kind, index)))
+        alias = SymGuard(rec, node.hint, int, node.g, origin=(name, kind, index))
+        alias.data = node.data
+        return torch.SymInt(alias)
     return size
 
 
@@ -182,6 +184,7 @@ class TracingMode(TorchDispatchMode):
         if takes_device(func):
             meta_kwargs = {**meta_kwargs, "device": _META}
         try:
+            self.rec.real = real_out
             with _disable_current_modes():
                 meta_out = self.rec.rules(func, meta_args, meta_kwargs)
         except GuardsolveError:
@@ -196,6 +199,8 @@ class TracingMode(TorchDispatchMode):
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise UnsupportedOpError(qualified_name(func), f"PyTorch's shape rule fails over symbolic sizes "
                                      f"({type(e).__name__}: {first})", self._where()) from e
+        finally:
+            self.rec.real = None
         template = tree_unflatten([self._template(a) for a in flat], spec)
         return self._wrap(func, real_out, meta_out, template, flat)
 
