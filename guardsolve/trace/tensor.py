@@ -74,10 +74,13 @@ class TracedTensor(torch.Tensor):
         offset = _aliased(rec, meta.storage_offset(), name, Op.VAR_STORAGE_OFFSET)
         muted, rec.muted = rec.muted, True  # NOTE: PyTorch's checks on our stand-in, not on user code
         try:
+            # NOTE: the storage size is the meta tensor's (a view's is its base's, as in eager);
+            # left out, PyTorch computes it again from the sizes, ~14 size operations a tensor.
             out = torch.Tensor._make_wrapper_subclass(
                 cls, sizes, strides=strides, storage_offset=offset, dtype=real.dtype,
                 device=real.device, layout=real.layout,
-                requires_grad=real.requires_grad if requires_grad is None else requires_grad)
+                requires_grad=real.requires_grad if requires_grad is None else requires_grad,
+                storage_size=meta.untyped_storage().nbytes())
         finally:
             rec.muted = muted
         # NOTE: composites read the lazy conjugate / negative bits from the wrapper
