@@ -429,6 +429,7 @@ class SymGuard(SymNode):
             if out is None:
                 value = fn(self.hint, other.hint)
                 out = rec._results[key] = SymGuard(rec, value, type(value), rec.g_op(op, key[1:], rec.loc))
+                out.data = self.data or other.data
             return out
         return self._record(op, (self, other), fn(self.hint, other.hint))
 
