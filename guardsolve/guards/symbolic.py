@@ -51,28 +51,35 @@ def call_user(fn: Callable[..., Any], *args: Any) -> Any:
 _NN_DIR = f"{os.sep}torch{os.sep}nn{os.sep}"
 
 
-def user_location() -> SourceLoc | None:
+def user_location(memo: dict[tuple[str, int, str], SourceLoc] | None = None) -> SourceLoc | None:
     """The innermost stack frame outside guardsolve and torch, inside the traced call.
 
     A program that is all torch (`nn.LSTM` traced as it is) has no such frame: then the
     innermost line of `torch.nn` (the module's own call of the op), never the traced
-    function's caller (a CLI, a test).
+    function's caller (a CLI, a test). `memo` keeps the locations already made (a trace asks
+    for the same few lines over and over).
     """
     frame = sys._getframe(1)
     fallback = None
     while frame is not None and frame.f_code is not call_user.__code__:
         filename = frame.f_code.co_filename
         if not _is_library_file(filename):
-            return _loc(frame)
+            return _loc(frame, memo)
         if fallback is None and _NN_DIR in filename:
             fallback = frame
         frame = frame.f_back  # type: ignore[assignment]
-    return _loc(fallback) if fallback is not None else None
+    return _loc(fallback, memo) if fallback is not None else None
 
 
-def _loc(frame: Any) -> SourceLoc:
-    filename, line = frame.f_code.co_filename, frame.f_lineno
-    return SourceLoc(filename, line, frame.f_code.co_name, linecache.getline(filename, line).strip())
+def _loc(frame: Any, memo: dict[tuple[str, int, str], SourceLoc] | None) -> SourceLoc:
+    filename, line, function = frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
+    key = (filename, line, function)
+    loc = memo.get(key) if memo is not None else None
+    if loc is None:
+        loc = SourceLoc(filename, line, function, linecache.getline(filename, line).strip())
+        if memo is not None:
+            memo[key] = loc
+    return loc
 
 
 _INT_OPS: dict[str, tuple[Op, Callable[[Any, Any], Any]]] = {
@@ -141,10 +148,12 @@ class Recorder:
         self.value_guards = value_guards
         self.depth = 0  # > 0 inside PyTorch's shape rules for one op
         self.loc: SourceLoc | None = None  # the user line of the torch call in progress
+        self._locs: dict[tuple[str, int, str], SourceLoc] = {}  # user lines seen, for `user_location`
         self._memo: dict[tuple[Any, ...], str] = {}
         # NOTE: inside shape rules (depth > 0) an operation on the same guard-graph names gives
         # the same node: its result is kept, so a repeated size computation is one lookup
         self._results: dict[tuple[Any, ...], "SymGuard"] = {}
+        self._consts: dict[tuple[type, Any], "SymGuard"] = {}  # constant nodes, by type and value
         # NOTE: a deterministic structural key per guard-graph name, to order the operands of
         # commutative ops the same way in every trace (names depend on creation order)
         self._shape: dict[str, tuple[int, int]] = {}
@@ -165,7 +174,9 @@ class Recorder:
     # -- locations --------------------------------------------------------------------------
 
     def location(self) -> SourceLoc | None:
-        return self.loc if self.depth else user_location()
+        """The user line of what is being recorded: the torch call in progress inside a shape
+        rule, else the innermost user frame."""
+        return self.loc if self.depth else user_location(self._locs)
 
     # -- guard graph ------------------------------------------------------------------------
 
@@ -368,7 +379,15 @@ class SymGuard(SymNode):
         return self.hint if self.const and self.pytype is float else None
 
     def _wrap(self, v: Any) -> "SymGuard":
-        return SymGuard(self.rec, v, type(v), None, const=True)
+        # NOTE: a constant node is never changed, so one per int or bool serves the whole trace
+        # (floats are not shared: -0.0 == 0.0 as a key)
+        key = (type(v), v)
+        node = self.rec._consts.get(key)
+        if node is None:
+            node = SymGuard(self.rec, v, type(v), None, const=True)
+            if type(v) is not float:
+                self.rec._consts[key] = node
+        return node
 
     wrap_int = wrap_bool = wrap_float = _wrap
 

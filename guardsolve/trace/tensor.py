@@ -12,9 +12,12 @@ records the call in the tensor trace:
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Any
 
 import torch
+from torch._ops import _len_torch_dispatch_stack_pre_dispatch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
@@ -22,7 +25,7 @@ from guardsolve.errors import DataDependentError, GuardsolveError, TraceError, U
 from guardsolve.ir.aten import Ref, qualified_name, refs
 from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Args, Kwargs, Op, OpName
-from guardsolve.guards.symbolic import Recorder, SymGuard, user_location
+from guardsolve.guards.symbolic import Recorder, SymGuard
 
 
 _aten = torch.ops.aten
@@ -143,7 +146,7 @@ class TracingMode(TorchDispatchMode):
         rec = self.rec
         outer = rec.depth == 0
         if outer:
-            rec.loc = user_location()
+            rec.loc = rec.location()
         rec.depth += 1
         try:
             if func in _READS_DATA:
@@ -157,25 +160,50 @@ class TracingMode(TorchDispatchMode):
     # -- one op ---------------------------------------------------------------------------
 
     def _call(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        rec = self.rec
         flat, spec = tree_flatten((args, kwargs))
-        mine, foreign = _ownership(flat, self.rec)
+        # NOTE: one pass over the arguments: whose they are, whether any is traced (ops on
+        # module parameters and buffers are recorded too, not folded into new constants, so a
+        # replay sees in-place updates of the weights), and their eager values
+        mine = foreign = traced = False
+        poisoned: TracedTensor | None = None
+        real_flat = []
+        for a in flat:
+            if isinstance(a, TracedTensor):
+                traced = True
+                if a.rec is rec:
+                    mine = True
+                    if a.poisoned and poisoned is None:
+                        poisoned = a
+                else:
+                    foreign = True
+                real_flat.append(a.eager)
+            elif isinstance(a, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+                node = a.node
+                if isinstance(node, SymGuard) and isinstance(a, torch.SymInt):
+                    if node.rec is rec:
+                        mine = True
+                    else:
+                        foreign = True
+                if isinstance(a, torch.SymInt) and node.is_symbolic():
+                    traced = True
+                real_flat.append(node.hint)
+            else:
+                if isinstance(a, torch.Tensor) and id(a) in self.names:
+                    traced = True
+                real_flat.append(a)
         if foreign and not mine:  # NOTE: another trace's business (one starting inside this one)
-            with _disable_current_modes():
+            with _outside_modes():
                 return func(*args, **kwargs)
         if foreign:
             raise TraceError(f"{qualified_name(func)}: an input belongs to a different trace; values cannot "
                              f"cross traces{self._at()}")
-        for a in flat:
-            if isinstance(a, TracedTensor) and a.poisoned:
-                raise UnsupportedOpError(qualified_name(func), f"its input {a.tname} {a.poisoned}", self._where())
-        # NOTE: ops on module parameters and buffers are recorded too (not folded into new
-        # constants), so a replay sees in-place updates of the weights.
-        traced = any(isinstance(a, TracedTensor) or (isinstance(a, torch.SymInt) and a.node.is_symbolic())
-                     or (isinstance(a, torch.Tensor) and id(a) in self.names) for a in flat)
-        real_flat = [self._real(a) for a in flat]
+        if poisoned is not None:
+            raise UnsupportedOpError(qualified_name(func), f"its input {poisoned.tname} {poisoned.poisoned}",
+                                     self._where())
         real_args, real_kwargs = tree_unflatten(real_flat, spec)
         try:
-            with _disable_current_modes():  # NOTE: an enclosing trace must not see our inner work
+            with _outside_modes():  # NOTE: an enclosing trace must not see our inner work
                 real_out = func(*real_args, **real_kwargs)
         except Exception as e:
             raise TraceError(f"{qualified_name(func)} failed in eager PyTorch: {e}{self._at()}") from e
@@ -188,7 +216,7 @@ class TracingMode(TorchDispatchMode):
             meta_kwargs = {**meta_kwargs, "device": _META}
         try:
             self.rec.real = real_out
-            with _disable_current_modes():
+            with _outside_modes():
                 meta_out = self.rec.rules(func, meta_args, meta_kwargs)
         except GuardsolveError:
             raise
@@ -261,7 +289,7 @@ class TracingMode(TorchDispatchMode):
                                      "to record a value bailout")
         real_args, real_kwargs = tree_unflatten([self._real(a) for a in tree_flatten((args, kwargs))[0]],
                                                 tree_flatten((args, kwargs))[1])
-        with _disable_current_modes():
+        with _outside_modes():
             value = func(*real_args, **real_kwargs)
         rec = self.rec
         assert rec.trace is not None
@@ -332,19 +360,18 @@ class TracingMode(TorchDispatchMode):
         return str(self.rec.loc) if self.rec.loc is not None else ""
 
 
-def _ownership(flat: list[Any], rec: Recorder) -> tuple[bool, bool]:
-    """Does the call use values of this trace, and values of another one?"""
-    mine = foreign = False
-    for a in flat:
-        owner = a.rec if isinstance(a, TracedTensor) else (
-            a.node.rec if isinstance(a, torch.SymInt) and isinstance(a.node, SymGuard) else None)
-        if owner is rec:
-            mine = True
-        elif owner is not None:
-            foreign = True
-    return mine, foreign
+_NO_MODES = contextlib.nullcontext()
 
 
+def _outside_modes() -> Any:
+    """`_disable_current_modes()`, without its cost (~14 us: imports and a generator) when no
+    dispatch mode is active, the usual case inside our own `__torch_dispatch__`."""
+    if torch._C._len_torch_dispatch_stack() or _len_torch_dispatch_stack_pre_dispatch():
+        return _disable_current_modes()
+    return _NO_MODES
+
+
+@functools.lru_cache(maxsize=None)
 def takes_device(func: Any) -> bool:
     """Does the op take a `device` argument (a factory)? Its shape rule then runs on meta."""
     return any(a.name == "device" and a.kwarg_only for a in func._schema.arguments)
