@@ -328,6 +328,8 @@ def test_data_dependent_control_flow_names_the_line() -> None:
     lambda x: torch.unique(x, return_inverse=True, return_counts=True),
     lambda x: torch.unique_consecutive(x, return_counts=True),
     lambda x: torch.unique(x, dim=0),
+    lambda x: x[x > 0] * 2,
+    lambda x: torch.masked_select(x, x > 1) + 1,
 ])
 def test_data_shaped_outputs_get_unbacked_sizes(fn) -> None:
     """An op whose output size depends on data gets a fresh unbacked size (as FakeTensor's
@@ -343,6 +345,26 @@ def test_data_shaped_outputs_get_unbacked_sizes(fn) -> None:
         y = torch.randint(0, 3, shape).float()
         retraced = guardsolve.trace(fn, y).guard_graph()
         assert gs.check(y) == (str(retraced) == str(t.guard_graph())), shape
+
+
+def test_unbacked_sizes_decide_only_what_holds_for_every_value() -> None:
+    """`u0 < 0` is False and `u0 + 1 != 0` True whatever u0 (a size, so >= 0): no guard needed.
+    `u0 == 1` depends on the data: DataDependentError, as does comparing u0 with a dim."""
+    from guardsolve.guards.symbolic import Recorder
+
+    rec = Recorder(None)
+    u = rec.unbacked("aten.nonzero.default", 3)
+    x = rec.input_dim("x0", 4, guardsolve.ir.ops.Op.INT_PLACEHOLDER, None, 0)
+    c = u._wrap
+    assert u.lt(c(0)).guard_bool("", 0) is False
+    assert u.add(c(1)).ne(c(0)).guard_bool("", 0) is True
+    assert u.mul(c(2)).ge(c(0)).sym_and(u.ge(c(0))).guard_bool("", 0) is True
+    assert u.sub(c(1)).ge(c(0)).sym_or(u.ge(c(-1))).guard_bool("", 0) is True
+    for undecided in (u.eq(c(1)), u.sub(c(1)).ge(c(0)), u.le(x), u.mul(u).lt(c(5))):
+        with pytest.raises(guardsolve.DataDependentError, match="u0, the size aten.nonzero.default computes"):
+            undecided.guard_bool("", 0)
+    assert u.eq(c(1)).guard_or_false("", 0) is False and u.eq(c(1)).guard_or_true("", 0) is True
+    assert not [n for n in rec.guards.nodes if n.op is guardsolve.ir.ops.Op.BOOL_BAILOUT]
 
 
 def test_value_guards_opt_in() -> None:

@@ -293,10 +293,16 @@ class SymGuard(SymNode):
 
     # NOTE: a subclass of torch's SymNode only so that torch's `wrap_node` unwraps constants
     # (`x.constant`) into plain Python numbers; nothing of ShapeEnv's node is used.
-    shape_env = None  # read by torch's helpers; None makes them call guard_bool/_int.
+    @property
+    def shape_env(self) -> "_Unbacked | None":
+        """Read by torch's helpers: None makes them call guard_bool/_int; an unbacked size's
+        (`_Unbacked`) answers `guard_or_false`/`guard_or_true` with their default."""
+        return _UNBACKED if self.data is not None else None
+
     fx_node = None
     hint: Any = None  # NOTE: shadows SymNode's property: a plain attribute, set per node
     data: str | None = None  # set when the value depends on an unbacked size (`Recorder.unbacked`)
+    why: tuple[Any, ...] | None = None  # (op, *args) of a data-dependent value; None for the size itself
 
     def __init__(self, rec: Recorder, hint: Any, pytype: type, g: str | None, *,
                  origin: tuple[str, Op, int] | None = None, t: str | None = None, const: bool = False):
@@ -416,6 +422,8 @@ class SymGuard(SymNode):
         loc = rec.location()
         out = SymGuard(rec, value, type(value), rec.g_op(op, tuple(a._g() for a in args), loc))
         out.data = next((a.data for a in args if a.data is not None), None)
+        if out.data is not None:
+            out.why = (op, *args)
         if rec.depth == 0 and rec.trace is not None:
             out.t = rec.trace.emit(op, tuple(rec.t_name(a) for a in args), meta={"loc": loc})
         return out
@@ -449,6 +457,8 @@ class SymGuard(SymNode):
                 value = fn(self.hint, other.hint)
                 out = rec._results[key] = SymGuard(rec, value, type(value), rec.g_op(op, key[1:], rec.loc))
                 out.data = self.data or other.data
+                if out.data is not None:
+                    out.why = (op, self, other)
             return out
         return self._record(op, (self, other), fn(self.hint, other.hint))
 
@@ -608,7 +618,10 @@ class SymGuard(SymNode):
     def guard_bool(self, file: str, line: int) -> bool:
         self._force()
         if self.data is not None:
-            raise self._data_dependent()
+            known = _static(self)
+            if known is None:
+                raise self._data_dependent()
+            return known  # NOTE: true (or false) for every value of the unbacked sizes: no guard
         if not self.const:
             rec = self.rec
             loc = rec.location()
@@ -664,6 +677,89 @@ class SymGuard(SymNode):
 
     def statically_known_true(self, file: str, line: int) -> bool:
         return bool(self.const and self.hint)
+
+
+class _Unbacked:
+    """The part of PyTorch's ShapeEnv its helpers ask of an expression over an unbacked size.
+
+    `guard_or_false(e)` / `guard_or_true(e)` (`symbolic_shapes._guard_or`) pass the default
+    as `fallback_value`: by PyTorch's contract the branch it picks is valid whatever the value,
+    so it needs no guard. Any other decision raises DataDependentError naming the user's line.
+    """
+
+    def evaluate_sym_node(self, node: "SymGuard", size_oblivious: bool = False, fallback_value: bool | None = None) -> bool:
+        known = _static(node)
+        if known is not None:
+            return known
+        if fallback_value is not None:
+            return fallback_value
+        raise node._data_dependent()
+
+    def is_unbacked_symint(self, expr: Any) -> bool:
+        return True
+
+
+_UNBACKED = _Unbacked()  # NOTE: stateless
+_INF = float("inf")
+
+
+def _range(n: SymGuard) -> tuple[float, float] | None:
+    """Bounds on an int that hold for every value of the unbacked sizes in it (each >= 0),
+    or None: sums, differences and products of them and constants (PyTorch's value ranges)."""
+    if n.const:
+        return (n.hint, n.hint)
+    if n.data is None:
+        return None
+    if n.why is None:
+        return (0, _INF)
+    op, *args = n.why
+    if len(args) != 2:
+        return None
+    ra, rb = _range(args[0]), _range(args[1])
+    if ra is None or rb is None:
+        return None
+    if op is Op.INT_ADD:
+        return (ra[0] + rb[0], ra[1] + rb[1])
+    if op is Op.INT_SUB:
+        return (ra[0] - rb[1], ra[1] - rb[0])
+    if op is Op.INT_MUL and ra[0] >= 0 and rb[0] >= 0:
+        return (ra[0] * rb[0], 0 if 0 in (ra[1], rb[1]) else ra[1] * rb[1])
+    return None
+
+
+def _static(n: SymGuard) -> bool | None:
+    """A data-dependent bool's value when every value of its unbacked sizes gives the same one.
+
+    `u0 < 0` is False and `u0 + 1 != 0` True for every size u0; `u0 == 1` is unknown (None).
+    """
+    if n.const:
+        return bool(n.hint)
+    if n.why is None:
+        return None
+    op, *args = n.why
+    if op is Op.BOOL_NOT:
+        v = _static(args[0])
+        return None if v is None else not v
+    if op is Op.BOOL_AND or op is Op.BOOL_OR:
+        a, b = _static(args[0]), _static(args[1])
+        short = op is Op.BOOL_OR  # NOTE: the value that decides the whole (True for or)
+        if short in (a, b):
+            return short
+        return (not short) if a is not None and b is not None else None
+    ra, rb = (_range(args[0]), _range(args[1])) if len(args) == 2 else (None, None)
+    if ra is None or rb is None:
+        return None
+    (a0, a1), (b0, b1) = ra, rb
+    if op is Op.INT_LT or op is Op.INT_GE:
+        lt = True if a1 < b0 else False if a0 >= b1 else None
+        return lt if op is Op.INT_LT or lt is None else not lt
+    if op is Op.INT_LE or op is Op.INT_GT:
+        le = True if a1 <= b0 else False if a0 > b1 else None
+        return le if op is Op.INT_LE or le is None else not le
+    if op is Op.INT_EQ or op is Op.INT_NE:
+        eq = False if a1 < b0 or b1 < a0 else True if a0 == a1 == b0 == b1 else None
+        return eq if op is Op.INT_EQ or eq is None else not eq
+    return None
 
 
 class _Observed:
