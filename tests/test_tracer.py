@@ -451,6 +451,36 @@ def test_threaded_traces_do_not_interfere() -> None:
     assert torch.compiler.is_compiling() is False  # the tracing flags are restored
 
 
+def test_small_eager_calls_run_on_one_thread_and_the_setting_is_restored() -> None:
+    """A trace runs eager kernels on small tensors single-threaded (OpenMP barriers on a loaded
+    machine cost more than the kernels); the process's thread count is put back, also when
+    traces run concurrently, and a large tensor's op keeps its threads."""
+    from guardsolve.trace.tensor import _threads_for
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with _threads_for([torch.randn(2, 5, 8), 3]):
+            assert torch.get_num_threads() == 1
+            with _threads_for([torch.randn(4)]):  # nested and concurrent calls share one count
+                assert torch.get_num_threads() == 1
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with _threads_for([torch.randn(4), torch.randn(300, 300)]):
+            assert torch.get_num_threads() == 2
+        guardsolve.trace(lambda x: torch.nn.functional.linear(x, torch.randn(4, 3)).sum(0), torch.randn(4, 3))
+        assert torch.get_num_threads() == 2
+        threads = [threading.Thread(target=lambda: [guardsolve.trace(add, torch.randn(3), torch.randn(3))
+                                                     for _ in range(10)]) for _ in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(saved)
+
+
 def test_a_parameter_named_like_the_fresh_names_keeps_its_dims_apart() -> None:
     """A parameter `i` has dims `i0, i1`, which are also the guard graph's fresh int names."""
     t = guardsolve.trace(lambda w, i: w[:, :1] + i, torch.randn(3, 4), torch.randn(3, 1))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from typing import Any
 
 import torch
@@ -203,7 +204,7 @@ class TracingMode(TorchDispatchMode):
                                      self._where())
         real_args, real_kwargs = tree_unflatten(real_flat, spec)
         try:
-            with _outside_modes():  # NOTE: an enclosing trace must not see our inner work
+            with _outside_modes(), _threads_for(real_flat):  # NOTE: an enclosing trace must not see our inner work
                 real_out = func(*real_args, **real_kwargs)
         except Exception as e:
             raise TraceError(f"{qualified_name(func)} failed in eager PyTorch: {e}{self._at()}") from e
@@ -361,6 +362,49 @@ class TracingMode(TorchDispatchMode):
 
 
 _NO_MODES = contextlib.nullcontext()
+# NOTE: an eager kernel on tensors this small gains nothing from intra-op threads, and loses
+# much when another process holds a core: oneDNN's and MKL's OpenMP regions wait at their
+# barriers for a thread the scheduler has parked (nn.LSTM's mkldnn_rnn_layer on a (2, 5, 8)
+# input: 0.2 ms alone, ~90 ms with the other core busy; a whole LSTM trace 18 -> 120 ms).
+# make_fx runs no kernels, so a loaded machine made guardsolve look slower than it.
+_ONE_THREAD_BELOW = 1 << 16  # elements of the largest tensor argument
+
+
+class _one_thread:
+    """Intra-op parallelism off while small eager calls run, restored after the last one.
+
+    `torch.set_num_threads` is process-wide state: concurrent traces share one count of the
+    calls running, the first saves the setting (read while no trace holds it at 1) and the
+    last restores it. Other threads' kernels meanwhile run on one thread too; a thread that
+    starts using intra-op parallelism inside such a window keeps PyTorch's count of 1 (a
+    speed effect only).
+    """
+
+    _lock = threading.Lock()
+    _active = [0]  # NOTE: mirrors torch's global setting; mutated only under the lock
+    _saved = [1]
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._active[0] == 0:
+                self._saved[0] = torch.get_num_threads()
+                if self._saved[0] != 1:
+                    torch.set_num_threads(1)
+            self._active[0] += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._lock:
+            self._active[0] -= 1
+            if self._active[0] == 0 and self._saved[0] != 1:
+                torch.set_num_threads(self._saved[0])
+
+
+def _threads_for(real_flat: list[Any]) -> Any:
+    """One thread for an eager call whose tensors are all small (see `_ONE_THREAD_BELOW`)."""
+    for a in real_flat:
+        if isinstance(a, torch.Tensor) and a.numel() >= _ONE_THREAD_BELOW:
+            return _NO_MODES
+    return _one_thread()
 
 
 def _outside_modes() -> Any:
