@@ -468,6 +468,8 @@ def test_small_eager_calls_run_on_one_thread_and_the_setting_is_restored() -> No
         assert torch.get_num_threads() == 2
         with _threads_for([torch.randn(4), torch.randn(300, 300)]):
             assert torch.get_num_threads() == 2
+        with _threads_for([[1000, 1000], torch.float32]):  # a factory: its size is its arguments
+            assert torch.get_num_threads() == 2
         guardsolve.trace(lambda x: torch.nn.functional.linear(x, torch.randn(4, 3)).sum(0), torch.randn(4, 3))
         assert torch.get_num_threads() == 2
         threads = [threading.Thread(target=lambda: [guardsolve.trace(add, torch.randn(3), torch.randn(3))

@@ -400,11 +400,15 @@ class _one_thread:
 
 
 def _threads_for(real_flat: list[Any]) -> Any:
-    """One thread for an eager call whose tensors are all small (see `_ONE_THREAD_BELOW`)."""
+    """One thread for an eager call whose tensors are all small (see `_ONE_THREAD_BELOW`); a
+    factory (no tensor argument) keeps its threads, its size is in its arguments."""
+    small = False
     for a in real_flat:
-        if isinstance(a, torch.Tensor) and a.numel() >= _ONE_THREAD_BELOW:
-            return _NO_MODES
-    return _one_thread()
+        if isinstance(a, torch.Tensor):
+            if a.numel() >= _ONE_THREAD_BELOW:
+                return _NO_MODES
+            small = True
+    return _one_thread() if small else _NO_MODES
 
 
 def _outside_modes() -> Any:
