@@ -490,3 +490,22 @@ def test_a_parameter_named_like_the_fresh_names_keeps_its_dims_apart() -> None:
     assert {c.text for c in gs.constraints} >= {"w0 == i0", "i1 == 1"}
     assert gs.check(torch.randn(5, 2), torch.randn(5, 1))
     assert not gs.check(torch.randn(5, 2), torch.randn(4, 1))
+
+
+def test_guarded_replays_unbacked_sizes_with_each_call_s_data() -> None:
+    """A replay recomputes the data-dependent size from the op it runs, so a size derived from
+    it (`y.shape[0] + 1`) follows each call's data, not the traced one."""
+    calls = []
+
+    @guardsolve.guarded
+    def f(x):
+        calls.append(1)
+        y = x[x > 0] * 2
+        return torch.zeros(y.shape[0] + 1) + y.sum(), torch.nonzero(x)
+
+    for x in [torch.tensor([[0., 1.], [2., 0.], [3., 4.]]), torch.tensor([[1., 1.], [2., 3.], [3., 4.]]),
+              torch.tensor([[0., 0.], [0., 0.], [3., 0.]])]:
+        y = x[x > 0] * 2
+        got = f(x)
+        assert torch.equal(got[0], torch.zeros(y.shape[0] + 1) + y.sum()) and torch.equal(got[1], torch.nonzero(x))
+    assert len(calls) == 1  # NOTE: one trace; the other calls replayed it
