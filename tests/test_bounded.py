@@ -6,10 +6,10 @@ import z3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardsolve.guards.expr import Formula, Poly, divide, rel
-from guardsolve.solve.bounded import Boxes, propagate, INF
+from guardsolve.guards.expr import And, Const, Formula, Or, Poly, divide, rel
+from guardsolve.solve.bounded import INF, Boxes, holds_on_box, propagate
 from guardsolve.solve.smt import Vars, formula_to_z3
-from guardsolve.solve.witness import Witnesses
+from guardsolve.solve.witness import Witnesses, poly_value
 from guardsolve.testing import examples
 
 X, Y, Z_ = Poly.var("x"), Poly.var("y"), Poly.var("z")
@@ -182,3 +182,56 @@ def test_propagation_runs_rounds_until_nothing_changes() -> None:
     lo, hi = {"x": 0, "y": 0, "z": 0}, {"x": INF, "y": INF, "z": INF}
     chain = [({"z": 2, "y": -1}, 0, "le"), ({"y": 1, "x": -1}, 1, "le"), ({"x": 1}, -5, "le")]
     assert propagate(chain, lo, hi) and hi == {"x": 5, "y": 4, "z": 2}
+
+
+_ATOMS = st.sampled_from(["x", "y"])
+
+
+@st.composite
+def box_formulas(draw: st.DrawFn) -> Formula:
+    """`p op c` over x, y with products, `//` and `%` by a dim or a constant (divisors that may
+    be 0 or negative on the box too)."""
+    def term() -> Poly:
+        a = DIMS[draw(_ATOMS)]
+        kind = draw(st.sampled_from(["dim", "mul", "floordiv", "mod", "const"]))
+        if kind == "dim":
+            return a
+        if kind == "const":
+            return Poly.const(draw(st.integers(-3, 3)))
+        other = DIMS[draw(_ATOMS)] + Poly.const(draw(st.integers(-1, 2))) if draw(st.booleans()) \
+            else Poly.const(draw(st.sampled_from([-2, 1, 2, 3])))
+        return a * other if kind == "mul" else divide(kind, a + Poly.const(draw(st.integers(-1, 2))), other)
+    lhs = term().scale(draw(st.sampled_from([1, -1, 2]))) + term()
+    return rel(draw(st.sampled_from(["le", "ge", "eq", "ne", "lt", "gt"])), lhs, Poly.const(draw(st.integers(-4, 8))))
+
+
+@given(box_formulas(), st.integers(-2, 4), st.integers(0, 4), st.integers(-2, 4), st.integers(0, 4))
+@settings(max_examples=examples(400))
+def test_holds_on_box_is_a_proof(f: Formula, x0: int, xw: int, y0: int, yw: int) -> None:
+    """Whenever the interval check says `f` holds on a box, every point of it satisfies `f`
+    (a point where a divisor is 0 would raise: the check must not claim those boxes)."""
+    lo, hi = {"x": x0, "y": y0}, {"x": x0 + xw, "y": y0 + yw}
+    if not holds_on_box(f, lo, hi):
+        return
+    for x in range(x0, x0 + xw + 1):
+        for y in range(y0, y0 + yw + 1):
+            assert _truth(f, {"x": x, "y": y}), (f, x, y)  # NOTE: a zero divisor raises here
+
+
+def _truth(f: Formula, point: dict[str, int]) -> bool:
+    if isinstance(f, Const):
+        return f.value
+    if isinstance(f, (Or, And)):
+        return (any if isinstance(f, Or) else all)(_truth(a, point) for a in f.args)
+    v = poly_value(f.poly, point)
+    return v <= 0 if f.op == "le" else v == 0 if f.op == "eq" else v != 0
+
+
+def test_holds_on_box_uses_unbounded_boxes() -> None:
+    one_mod_x = rel("ne", divide("mod", Poly.const(1), X), Poly.const(0))
+    assert holds_on_box(one_mod_x, {"x": 2}, {"x": INF})
+    assert not holds_on_box(one_mod_x, {"x": 1}, {"x": INF})
+    assert holds_on_box(rel("ge", X * Y, Poly.const(4)), {"x": 2, "y": 2}, {"x": INF, "y": INF})
+    assert not holds_on_box(rel("ge", X * Y, Poly.const(5)), {"x": 2, "y": 2}, {"x": INF, "y": INF})
+    assert holds_on_box(rel("le", divide("floordiv", X, Poly.const(4)), Poly.const(2)), {"x": 0}, {"x": 11})
+    assert not holds_on_box(rel("le", divide("floordiv", X, Poly.const(4)), Poly.const(2)), {"x": 0}, {"x": 12})

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from guardsolve.guards.expr import Formula, Rel, negate
+from guardsolve.guards.expr import And, Atom, Const, Formula, Or, Poly, Rel, negate
 from guardsolve.solve.witness import Witnesses, _coefficient, _holds, poly_value
 
 Linear = tuple[dict[str, int], int, str]  # sum(c*x) + k  op  0, op in {"le", "eq"}
@@ -196,3 +196,66 @@ class Boxes:
             return True
         finally:
             env.update(saved)
+
+
+# -- intervals ------------------------------------------------------------------------------
+
+
+def holds_on_box(f: Formula, lo: Mapping[str, float], hi: Mapping[str, float]) -> bool:
+    """Does `f` hold at every integer point of the box (each dim d in [lo[d], hi[d]])?
+
+    Interval arithmetic over the polynomial, its products, `//` and `%` (Python semantics): a
+    True is a proof, a False only means "not shown". The bounds the ordering layer implies
+    settle many of the checks PyTorch's view rules leave (`1 % x0 != 0` once `x0 >= 2`):
+
+    >>> from guardsolve.guards.expr import Poly, Rel, divide
+    >>> x = Poly.var("x0")
+    >>> holds_on_box(Rel("ne", divide("mod", Poly.const(1), x)), {"x0": 2}, {"x0": INF})
+    True
+    >>> holds_on_box(Rel("ne", divide("mod", Poly.const(1), x)), {"x0": 1}, {"x0": INF})
+    False
+    """
+    if isinstance(f, Const):
+        return f.value
+    if isinstance(f, Or):
+        return any(holds_on_box(a, lo, hi) for a in f.args)
+    if isinstance(f, And):
+        return all(holds_on_box(a, lo, hi) for a in f.args)
+    a, b = _poly_range(f.poly, lo, hi)
+    if f.op == "le":
+        return b <= 0
+    if f.op == "eq":
+        return a == b == 0
+    return a > 0 or b < 0  # ne
+
+
+def _mul(x: float, y: float) -> float:
+    return 0 if x == 0 or y == 0 else x * y  # NOTE: 0 * inf is 0 here (an exact 0 factor)
+
+
+def _times(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    ends = [_mul(x, y) for x in a for y in b]
+    return min(ends), max(ends)
+
+
+def _poly_range(p: Poly, lo: Mapping[str, float], hi: Mapping[str, float]) -> tuple[float, float]:
+    total = (0.0, 0.0)
+    for mono, c in p.terms:
+        r: tuple[float, float] = (1, 1)
+        for atom in mono:
+            r = _times(r, _atom_range(atom, lo, hi))
+        r = _times(r, (c, c))
+        total = (total[0] + r[0], total[1] + r[1])
+    return total
+
+
+def _atom_range(atom: Atom, lo: Mapping[str, float], hi: Mapping[str, float]) -> tuple[float, float]:
+    if isinstance(atom, str):
+        return lo.get(atom, -INF), hi.get(atom, INF)
+    n0, n1 = _poly_range(atom.num, lo, hi)
+    d0, d1 = _poly_range(atom.den, lo, hi)
+    if d0 < 1 or n0 < 0:
+        return -INF, INF  # NOTE: only nonnegative numerators over positive divisors
+    if atom.kind == "mod":
+        return (n0, n1) if n1 < d0 else (0, d1 - 1)
+    return (0 if d1 == INF else n0 // d1), (INF if n1 == INF else n1 // d0)

@@ -51,6 +51,8 @@ class OrderResult:
     equalities: list[tuple[str, str, int, set]]  # v == u + k, with provenance
     implied: set  # atom ids implied by what is kept
     positive: Callable[[str], bool] = lambda x: False  # is `x >= 1` implied?
+    lower: dict[str, float] = field(default_factory=dict)  # x >= lower[x], implied by what is kept
+    upper: dict[str, float] = field(default_factory=dict)  # x <= upper[x]
 
 
 class OrderLayer:
@@ -209,9 +211,10 @@ class OrderLayer:
                 break
         adj = self._adjacency()
         h = self._potentials(adj)
-        kept, to_z = self._reduce(self._sorted(adj, h), h)
+        kept, to_z, from_z = self._reduce(self._sorted(adj, h), h)
         # x >= 1 is implied when a path x -> Z weighs at most -1
-        return OrderResult(kept, list(self.diseqs.values()), [], self.implied, lambda x: to_z.get(x, INF) <= -1)
+        return OrderResult(kept, list(self.diseqs.values()), [], self.implied, lambda x: to_z.get(x, INF) <= -1,
+                           {x: -d for x, d in to_z.items()}, dict(from_z))
 
     def _batched(self, adj: dict[str, list[Edge]], h: dict[str, int],
                  queries: list[tuple[str, str, int]]) -> dict[tuple[str, str], float]:
@@ -307,9 +310,11 @@ class OrderLayer:
         # gets tighter, so a stale bound can make an added edge redundant, never wrong.
         return changed
 
-    def _reduce(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> tuple[list[Edge], dict[str, int]]:
+    def _reduce(self, adj: dict[str, list[Edge]], h: dict[str, int]
+                ) -> tuple[list[Edge], dict[str, int], dict[str, int]]:
         """Remove every non-background edge implied by the remaining ones; return the kept
-        edges and each node's distance to Z (which removing implied edges does not change).
+        edges and each node's distances to and from Z (which removing implied edges does not
+        change).
 
         `u -> v (w)` is implied when a path from u other than the edge itself reaches v with
         weight <= w. Bounds (edges from or to Z) are decided by one full search each way from
@@ -356,7 +361,7 @@ class OrderLayer:
         for e in implied:
             self.implied |= e.prov
             del self.edges[(e.u, e.v)]
-        return [e for e in self.edges.values() if not e.background], to_z
+        return [e for e in self.edges.values() if not e.background], to_z, from_z
 
     @staticmethod
     def _implied_out_edges(adj: dict[str, list[Edge]], h: dict[str, int], u: str, out: list[Edge]) -> list[Edge]:

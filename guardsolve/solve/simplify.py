@@ -26,7 +26,8 @@ from guardsolve.guards.shape import guard_graph
 from guardsolve.ir.graph import Graph
 from guardsolve.solve.constraint import Constraint, DimOrder, render_eq, render_formula, render_ne, render_order
 from guardsolve.solve.guardset import GuardSet
-from guardsolve.solve.order import Z, OrderLayer, needs_solver
+from guardsolve.solve.bounded import INF, holds_on_box
+from guardsolve.solve.order import Z, OrderLayer, OrderResult, needs_solver
 from guardsolve.solve.smt import Contexts, reduce_component
 from guardsolve.solve.unify import Conflict, UnionFind
 from guardsolve.trace.gcpause import paused_gc
@@ -156,6 +157,9 @@ class Simplifier:
                 continue
             break
         implied = st.implied | layer.implied
+        general, boxed = self._within_bounds(general, res)
+        for a in boxed:
+            implied |= a.prov
         undecided: list[str] = []
         kept_edges = res.edges
         kept_diseqs = res.diseqs
@@ -197,6 +201,23 @@ class Simplifier:
         out.sort(key=lambda c: c.sort_key(self.order))
         used = set().union(*(c.prov for c in out)) if out else set()
         return out, (implied - used) | set(self.norm.tautologies), undecided
+
+    def _within_bounds(self, general: list[Atom], res: OrderResult) -> tuple[list[Atom], list[Atom]]:
+        """Split off the general atoms that hold on the whole box the kept bounds allow
+        (`bounded.holds_on_box`): implied by those bounds, so they never reach z3.
+
+        NOTE: the bounds come from the ordering layer alone (no general atom feeds it), so
+        dropping atoms they imply cannot make a bound lose its own support.
+        """
+        if not general:
+            return general, []
+        lo: dict[str, float] = {d: 0 for d in self.sizes}
+        for d, v in res.lower.items():
+            lo[d] = max(lo.get(d, -INF), v)
+        keep, boxed = [], []
+        for a in general:
+            (boxed if holds_on_box(a.formula, lo, res.upper) else keep).append(a)
+        return keep, boxed
 
     def _cancel(self, general: list[Atom], positive: Callable[[str], bool]) -> list[Atom]:
         """Divide out dim factors the bounds make positive (`(x*a) % (x*b)` -> `x*(a % b)`)."""
