@@ -330,6 +330,7 @@ def test_data_dependent_control_flow_names_the_line() -> None:
     lambda x: torch.unique(x, dim=0),
     lambda x: x[x > 0] * 2,
     lambda x: torch.masked_select(x, x > 1) + 1,
+    lambda x: torch.nonzero(x).float().mean(0),
 ])
 def test_data_shaped_outputs_get_unbacked_sizes(fn) -> None:
     """An op whose output size depends on data gets a fresh unbacked size (as FakeTensor's
@@ -364,6 +365,11 @@ def test_unbacked_sizes_decide_only_what_holds_for_every_value() -> None:
         with pytest.raises(guardsolve.DataDependentError, match="u0, the size aten.nonzero.default computes"):
             undecided.guard_bool("", 0)
     assert u.eq(c(1)).guard_or_false("", 0) is False and u.eq(c(1)).guard_or_true("", 0) is True
+    m = u.sym_max(c(1))  # NOTE: PyTorch keeps Max(u0, 1) symbolic; bounds still decide
+    assert m.ge(c(1)).guard_bool("", 0) is True and m.data == u.data
+    with pytest.raises(guardsolve.DataDependentError):
+        m.ge(c(2)).guard_bool("", 0)
+    assert u.add(c(3)).sym_max(c(1)) is not None and u.add(c(3)).sym_max(c(1)).hint == 6
     assert not [n for n in rec.guards.nodes if n.op is guardsolve.ir.ops.Op.BOOL_BAILOUT]
 
 

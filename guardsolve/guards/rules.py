@@ -189,7 +189,9 @@ def _unbacked(rec: Recorder, func: Any, numel: Any, pick: Callable[[Any], int]) 
     # (`index` with a bool mask runs `nonzero`) reads it once, as the first such op. A wrong
     # value there shows as a disagreement with eager, which the tracer reports.
     real, rec.real = rec.real, None
-    return torch.SymInt(rec.unbacked(qualified_name(func), pick(real) if real is not None else 0))
+    # NOTE: replaying a saved trace has no eager output: PyTorch's own stand-in for an unbacked
+    # size's hint (`unbacked_symint_fallback`), which only arithmetic on it ever sees
+    return torch.SymInt(rec.unbacked(qualified_name(func), pick(real) if real is not None else 8192))
 
 
 def _unique(new: Callable[[Any], Any], x: torch.Tensor, dim: int | None, inverse: bool, counts: bool) -> Any:

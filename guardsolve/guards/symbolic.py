@@ -454,13 +454,13 @@ class SymGuard(SymNode):
                    other.g if not other.const else rec.g_const(other.hint))
             out = rec._results.get(key)
             if out is None:
-                value = fn(self.hint, other.hint)
+                value = fn(self.hint, other.hint) if not (self.data or other.data) else _stand_in(fn, self, other)
                 out = rec._results[key] = SymGuard(rec, value, type(value), rec.g_op(op, key[1:], rec.loc))
                 out.data = self.data or other.data
                 if out.data is not None:
                     out.why = (op, self, other)
             return out
-        return self._record(op, (self, other), fn(self.hint, other.hint))
+        return self._record(op, (self, other), fn(self.hint, other.hint))  # NOTE: user code: `% 0` raises
 
     def _cancel(self, den: "SymGuard", mod: bool) -> "SymGuard | None":
         """`(a*b) // a` is `b` and `(a*b) % a` is `0` once `a != 0` (which the division needs
@@ -524,9 +524,24 @@ class SymGuard(SymNode):
 
     def _specialized(self, name: str, other: "SymGuard") -> "SymGuard":
         if name in ("sym_min", "sym_max"):
+            if (self.data or other.data) and _static(self.le(other)) is None:
+                return self._extremum(name, other)
             keep_self = (self.le(other) if name == "sym_min" else self.ge(other)).guard_bool("", 0)
             return self if keep_self else other
         return self._wrap(_FOLD[name](self._pin(), other._pin()))
+
+    def _extremum(self, name: str, other: "SymGuard") -> "SymGuard":
+        """`min`/`max` of an unbacked size that no bound decides (PyTorch keeps `Max(u0, 1)`
+        symbolic; its contiguity checks take it): a fresh unbacked value within their bounds."""
+        pick = min if name == "sym_min" else max
+        out = self.rec.unbacked("", pick(self.hint, other.hint))
+        out.data = self.data or other.data
+        ra, rb = _range(self), _range(other)
+        if ra is not None and rb is not None:
+            out.why = ("range", pick(ra[0], rb[0]), pick(ra[1], rb[1]))
+        else:
+            out.why = ("range", -_INF, _INF)
+        return out
 
     def _pin(self) -> Any:
         self._force()
@@ -703,6 +718,16 @@ _UNBACKED = _Unbacked()  # NOTE: stateless
 _INF = float("inf")
 
 
+def _stand_in(fn: Callable[[Any, Any], Any], a: SymGuard, b: SymGuard) -> Any:
+    """The hint of an operation on an unbacked size inside a shape rule: only further
+    arithmetic sees it (every decision on it raises or holds for all values), so a zero
+    divisor (an empty `nonzero`) gives 0 where eager has nothing to divide."""
+    try:
+        return fn(a.hint, b.hint)
+    except ZeroDivisionError:
+        return 0
+
+
 def _range(n: SymGuard) -> tuple[float, float] | None:
     """Bounds on an int that hold for every value of the unbacked sizes in it (each >= 0),
     or None: sums, differences and products of them and constants (PyTorch's value ranges)."""
@@ -712,6 +737,8 @@ def _range(n: SymGuard) -> tuple[float, float] | None:
         return None
     if n.why is None:
         return (0, _INF)
+    if n.why[0] == "range":
+        return n.why[1], n.why[2]
     op, *args = n.why
     if len(args) != 2:
         return None
