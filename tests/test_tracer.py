@@ -515,3 +515,19 @@ def test_guarded_replays_unbacked_sizes_with_each_call_s_data() -> None:
         got = f(x)
         assert torch.equal(got[0], torch.zeros(y.shape[0] + 1) + y.sum()) and torch.equal(got[1], torch.nonzero(x))
     assert len(calls) == 1  # NOTE: one trace; the other calls replayed it
+
+
+def test_a_size_of_an_output_eager_and_the_shape_rule_disagree_on_cannot_be_decided() -> None:
+    """native_batch_norm's saved statistics in eval mode: eager returns them empty, the shape
+    rule full-size. Passing their size on traces (a replay reads it from the tensor); deciding
+    on it raises, where it used to specialize silently on eager's value."""
+    def f(x, rm, rv, w, b):
+        out = torch.ops.aten.native_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)
+        return out[0] * 2 if out[1].shape[0] > 0 else out[0]
+
+    args = (torch.randn(2, 3, 4, 4), torch.zeros(3), torch.ones(3), torch.ones(3), torch.zeros(3))
+    with pytest.raises(guardsolve.DataDependentError, match=r"a size of v\d+, whose .*shape rule gives \[3\].*eager \[0\]"):
+        guardsolve.trace(f, *args)
+    t = guardsolve.trace(lambda x, rm, rv, w, b: torch.ops.aten.native_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)[0],
+                         *args)
+    assert "x1 == rm0" in str(guardsolve.simplify(t))

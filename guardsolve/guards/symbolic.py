@@ -166,6 +166,7 @@ class Recorder:
         self.products: dict[str, tuple[str, str]] = {}  # int_mul nodes of the guard graph, by name
         self.rules: Any = None  # PyTorch's shape rules for this trace (a `rules.RuleCache`)
         self.real: Any = None  # eager's output of the op whose shape rule runs now (tracing only)
+        self._unbacked = 0  # unbacked sizes made so far (their names: u0, u1, ...)
         # NOTE: what the trace assumed about the inputs' memory layout (a cache must check it):
         # a contiguity decision or a view was made, or user code read a stride's value.
         self.layout_observed = False
@@ -249,18 +250,19 @@ class Recorder:
         node.t = self.trace.emit(Op.SIZE_INDEX, (sizes,), index=index)
         return node.t
 
-    def unbacked(self, what: str, hint: int) -> "SymGuard":
+    def unbacked(self, what: str, hint: int, data: str | None = None) -> "SymGuard":
         """A fresh size that an op computes from tensor data (`what` says which op, for errors).
 
         It has no value any guard could check at entry: observing it (or anything computed
         from it) raises DataDependentError, and its node never reaches a bailout. Its hint
         is eager's value while tracing (eager calls get it as an argument), a stand-in when
-        a saved trace is reinterpreted.
+        a saved trace is reinterpreted. `data` replaces the description errors give.
         """
-        name = f"u{sum(1 for n in self.guards.nodes if n.op is Op.INT_UNBACKED)}"
+        name = f"u{self._unbacked}"
+        self._unbacked += 1
         g = self.guards.emit(Op.INT_UNBACKED, (), name=name)
         node = SymGuard(self, hint, int, g)
-        node.data = f"{name}, the size {what} computes from tensor data"
+        node.data = data or f"{name}, the size {what} computes from tensor data"
         return node
 
     def input_dim(self, name: str, hint: int, kind: Op, tensor: str | None, index: int) -> "SymGuard":

@@ -263,9 +263,14 @@ class TracingMode(TorchDispatchMode):
                 else:
                     # NOTE: e.g. native_batch_norm's saved statistics in eval mode: eager's CPU
                     # kernel returns them empty, the meta rule full-size. Such an output traces
-                    # only as long as nothing uses it.
-                    t = TracedTensor(r, torch.empty_strided(r.shape, r.stride(), dtype=r.dtype, device=_META), name, rec)
-                    t.poisoned = f"{disagree}; guardsolve cannot trace uses of it"
+                    # only as long as nothing uses it, its sizes included: reading one raises.
+                    why = f"{disagree}; guardsolve cannot trace uses of it"
+                    sizes = [torch.SymInt(rec.unbacked("", n, f"a size of {name}, whose {why}")) for n in r.shape]
+                    strides = [torch.SymInt(rec.unbacked("", s, f"a stride of {name}, whose {why}")) for s in r.stride()]
+                    with _outside_modes():
+                        stand_in = torch.empty_strided(sizes, strides, dtype=r.dtype, device=_META)
+                    t = TracedTensor(r, stand_in, name, rec)
+                    t.poisoned = why
                     out.append(t)
             elif isinstance(m, (torch.SymInt, torch.SymBool, torch.SymFloat)) and m.node.is_symbolic():
                 raise UnsupportedOpError(qualified_name(func), "returns a symbolic scalar, which guardsolve "
