@@ -255,11 +255,12 @@ class OrderLayer:
                 out[(s, t)] = found.get(t, INF)
         return out
 
-    def _from_to_z(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
-        """dist(Z, x) and dist(x, Z) for every x that has one."""
+    def _from_to_z(self, adj: dict[str, list[Edge]], h: dict[str, int],
+                   radj: dict[str, list[Edge]] | None = None) -> tuple[dict[str, int], dict[str, int]]:
+        """dist(Z, x) and dist(x, Z) for every x that has one (`radj`: the in-edges, if built)."""
         if Z not in h:
             return {}, {}
-        return self._search(adj, h, Z), self._search(self._reverse(adj, h), h, Z, back=True)
+        return self._search(adj, h, Z), self._search(radj or self._reverse(adj, h), h, Z, back=True)
 
     def _zero_cycles(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> list[tuple[str, str, int, set]]:
         """Nodes on a zero-weight cycle are equal up to an offset (SCCs of tight edges)."""
@@ -328,8 +329,7 @@ class OrderLayer:
         alternative, so removing every implied edge at once is the same as one at a time.
         """
         radj = self._reverse(adj, h)
-        from_z = self._search(adj, h, Z) if Z in h else {}
-        to_z = self._search(radj, h, Z, back=True) if Z in h else {}
+        from_z, to_z = self._from_to_z(adj, h, radj)
         tight = _Tight(adj, h, self.tight_limit)
         by_source: dict[str, list[Edge]] = defaultdict(list)
         implied: list[Edge] = []
