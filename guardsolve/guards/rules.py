@@ -71,7 +71,7 @@ class ShapeRules(TorchDispatchMode):
         check = _EAGER_CHECKS.get(func)
         if check is not None:
             check(*args, **kwargs)
-        meta = meta_table.get(func)
+        meta = meta_table.get(func) or OWN_META.get(func)
         if meta is not None:
             with self:
                 return meta(*args, **kwargs)
@@ -179,6 +179,39 @@ _EAGER_CHECKS: dict[Any, Callable[..., None]] = {
         lambda query, key, value, embed_dim, *_, **__: _fused_attention_checks(query, embed_dim),
 }
 
+
+def _fractional_max_pool3d(x: torch.Tensor, kernel_size: list[int], output_size: list[int],
+                           samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The C++ structured meta of `fractional_max_pool3d` (`FractionalMaxPool3d.cpp`) and the
+    eager kernel's checks on `_random_samples` (as PyTorch's Python meta for the 2-D op)."""
+    torch._check(len(kernel_size) == 3, lambda: "fractional_max_pool3d: kernel_size must either be a "
+                 "single Int or tuple of three Ints")
+    torch._check(len(output_size) == 3, lambda: "fractional_max_pool3d: output_size must either be a "
+                 "single Int or tuple of three Ints")
+    ndim = x.dim()
+    torch._check(ndim in (4, 5), lambda: f"fractional_max_pool3d_out(): Expected 4D or 5D tensor, but got: {ndim}")
+    for d in range(1, ndim):
+        torch._check(x.size(d) > 0, lambda: "fractional_max_pool3d_out(): Expected input to have non-zero "
+                     f"size for non-batch dimensions, but dimension {d} is empty")
+    batch = x.size(0) if ndim == 5 else 1
+    planes, *spatial = x.shape[-4:]
+    for out, pool, size, what in zip(output_size, kernel_size, spatial, ("time", "height", "width")):
+        torch._check(out + pool - 1 < size, lambda: f"fractional_max_pool3d_out(): pool {what} {pool} too large "
+                     f"relative to input {what} {size}")
+    torch._check(samples.dtype == x.dtype, lambda: "Expect _random_samples to have the same dtype as input")
+    torch._check(samples.dim() == 3, lambda: f"Expect _random_samples to have 3 dimensions, got {samples.dim()}")
+    torch._check(samples.size(0) >= batch, lambda: "Expect _random_samples.size(0) no less then input batch size.")
+    torch._check(samples.size(1) == planes, lambda: "Expect _random_samples.size(1) equals to input channel size.")
+    torch._check(samples.size(2) == 3, lambda: "Expect _random_samples.size(2) equals to 3.")
+    shape = (*x.shape[:-3], *output_size)
+    return x.new_empty(shape), x.new_empty(shape, dtype=torch.int64)
+
+
+# Ops whose only meta kernel is C++ code that fails over symbolic sizes (FakeTensor gets past it
+# by running the kernel on its own subclass): the same rule in Python, checks included.
+OWN_META: dict[Any, Callable[..., Any]] = {
+    _aten.fractional_max_pool3d.default: _fractional_max_pool3d,
+}
 
 def _unbacked(rec: Recorder, func: Any, numel: Any, pick: Callable[[Any], int]) -> Any:
     """A fresh size for `func`'s data-dependent output, `pick(eager's output)` while tracing;
