@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import guardsolve
-from guardsolve.errors import InputMismatchError, InterpretError, MissingRuleError, TraceError
+from guardsolve.errors import InputMismatchError, InterpretError, MissingRuleError, TraceError, UnsupportedOpError
 from guardsolve.ir.interp import RuleTable, interpret
 from guardsolve.ir.ops import Op
 from guardsolve.testing import exactness_failures
@@ -531,3 +531,21 @@ def test_a_size_of_an_output_eager_and_the_shape_rule_disagree_on_cannot_be_deci
     t = guardsolve.trace(lambda x, rm, rv, w, b: torch.ops.aten.native_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)[0],
                          *args)
     assert "x1 == rm0" in str(guardsolve.simplify(t))
+
+
+def test_resize_in_place_traces_only_to_the_same_sizes() -> None:
+    """`resize_as_` / `resize_` to the tensor's own sizes trace with a guard that says so; a
+    resize to other sizes raises UnsupportedOpError at the user's line (a traced tensor's
+    sizes cannot change in place, so later reads of it would be stale)."""
+    f = lambda a, b: a.clone().resize_as_(b) * 2  # noqa: E731
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    t = guardsolve.trace(f, a, b)
+    assert torch.equal(t.output, f(a, b))
+    gs = guardsolve.simplify(t)
+    assert {"a0 == b0", "a1 == b1"} <= {c.text for c in gs}
+    assert not gs.check(torch.randn(3, 3), b)
+    assert exactness_failures(f, (a, b), count=6) == []
+    with pytest.raises(UnsupportedOpError, match=r"resize_as_.*own sizes.*test_tracer.py"):
+        guardsolve.trace(f, torch.randn(3, 3), b)
+    with pytest.raises(UnsupportedOpError, match=r"resize_.*own sizes"):
+        guardsolve.trace(lambda x: x.clone().resize_(4), torch.randn(3))

@@ -23,6 +23,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from guardsolve.errors import UnsupportedOpError
 from guardsolve.guards.symbolic import Recorder, SymGuard
 from guardsolve.ir.aten import qualified_name
 
@@ -207,10 +208,24 @@ def _fractional_max_pool3d(x: torch.Tensor, kernel_size: list[int], output_size:
     return x.new_empty(shape), x.new_empty(shape, dtype=torch.int64)
 
 
+def _resize_in_place(x: torch.Tensor, sizes: Any, memory_format: Any = None) -> torch.Tensor:
+    """`resize_` / `resize_as_` to the tensor's own sizes, a no-op: a guard that the sizes are
+    equal. A traced tensor's sizes are fixed when it is made (a wrapper's cannot be changed in
+    place), so a resize to other sizes does not trace."""
+    sizes = tuple(sizes)
+    if len(sizes) != x.dim() or any(a != b for a, b in zip(sizes, x.shape)) or memory_format not in (
+            None, torch.preserve_format):
+        raise UnsupportedOpError("aten.resize_", "guardsolve traces an in-place resize only to the tensor's "
+                                 "own sizes (a traced tensor's sizes cannot change in place)")
+    return x
+
+
 # Ops whose only meta kernel is C++ code that fails over symbolic sizes (FakeTensor gets past it
 # by running the kernel on its own subclass): the same rule in Python, checks included.
 OWN_META: dict[Any, Callable[..., Any]] = {
     _aten.fractional_max_pool3d.default: _fractional_max_pool3d,
+    _aten.resize_.default: lambda x, size, memory_format=None: _resize_in_place(x, size, memory_format),
+    _aten.resize_as_.default: lambda x, other, memory_format=None: _resize_in_place(x, other.shape, memory_format),
 }
 
 def _unbacked(rec: Recorder, func: Any, numel: Any, pick: Callable[[Any], int]) -> Any:

@@ -219,6 +219,10 @@ class TracingMode(TorchDispatchMode):
             self.rec.real = real_out
             with _outside_modes():
                 meta_out = self.rec.rules(func, meta_args, meta_kwargs)
+        except UnsupportedOpError as e:
+            if str(e).endswith(self._where()):
+                raise
+            raise UnsupportedOpError(qualified_name(func), e.reason, self._where()) from e
         except GuardsolveError:
             raise
         except Exception as e:
