@@ -32,7 +32,7 @@ class Poly:
 
     @staticmethod
     def of(d: Mapping[Monomial, int]) -> "Poly":
-        return Poly(frozenset((m, c) for m, c in d.items() if c != 0))
+        return Poly(frozenset([t for t in d.items() if t[1] != 0]))
 
     @staticmethod
     def const(c: int) -> "Poly":
@@ -46,9 +46,10 @@ class Poly:
         return dict(self.terms)
 
     def __add__(self, o: "Poly") -> "Poly":
-        d = self.as_dict()
+        d = dict(self.terms)
+        get = d.get
         for m, c in o.terms:
-            d[m] = d.get(m, 0) + c
+            d[m] = get(m, 0) + c
         return Poly.of(d)
 
     def scale(self, k: int) -> "Poly":
@@ -58,7 +59,11 @@ class Poly:
         return self.scale(-1)
 
     def __sub__(self, o: "Poly") -> "Poly":
-        return self + (-o)
+        d = dict(self.terms)
+        get = d.get
+        for m, c in o.terms:
+            d[m] = get(m, 0) - c
+        return Poly.of(d)
 
     def __mul__(self, o: "Poly") -> "Poly":
         d: dict[Monomial, int] = {}
@@ -70,10 +75,13 @@ class Poly:
 
     @property
     def constant(self) -> int:
-        return dict(self.terms).get((), 0)
+        for m, c in self.terms:
+            if not m:
+                return c
+        return 0
 
     def is_const(self) -> bool:
-        return all(m == () for m, _ in self.terms)
+        return all(not m for m, _ in self.terms)
 
     def nonconst(self) -> dict[Monomial, int]:
         return {m: c for m, c in self.terms if m != ()}
@@ -83,14 +91,30 @@ class Poly:
 
     def dims(self) -> set[str]:
         """Every dim mentioned, also inside opaque terms."""
+        return set(self._dims)
+
+    @cached_property
+    def _dims(self) -> frozenset[str]:
+        # NOTE: cached: every stage asks which dims an atom mentions, some several times
         out: set[str] = set()
         for a in self.atoms():
-            out |= {a} if isinstance(a, str) else a.dims()
-        return out
+            if isinstance(a, str):
+                out.add(a)
+            else:
+                out |= a.dims()
+        return frozenset(out)
 
     def substitute(self, f: Callable[[str], "Poly"]) -> "Poly":
+        return Poly.of(self._substituted(f))
+
+    def _substituted(self, f: Callable[[str], "Poly"]) -> dict[Monomial, int]:
+        """The terms of `substitute(f)`, as a dict (zero coefficients dropped)."""
         d: dict[Monomial, int] = {}
+        get = d.get
         for m, c in self.terms:
+            if not m:
+                d[m] = get(m, 0) + c
+                continue
             if len(m) == 1 and isinstance(m[0], str):  # NOTE: the common linear term, without products
                 p = f(m[0])
             else:
@@ -98,8 +122,8 @@ class Poly:
                 for a in m:
                     p = p * (f(a) if isinstance(a, str) else a.substitute(f))
             for m2, c2 in p.terms:
-                d[m2] = d.get(m2, 0) + c * c2
-        return Poly.of(d)
+                d[m2] = get(m2, 0) + c * c2
+        return {m: c for m, c in d.items() if c != 0}
 
     def sorted_terms(self, key: Callable[[Atom], tuple] = atom_key) -> list[tuple[Monomial, int]]:
         return sorted(self.terms, key=lambda t: (len(t[0]) == 0, [key(a) for a in t[0]]))
@@ -215,43 +239,58 @@ TRUE, FALSE = Const(True), Const(False)
 Formula = Union[Rel, Or, And, Const]
 
 
+# comparison -> (relation, sign of a - b, constant added): `a < b` is `a - b + 1 <= 0`
+_COMPARE = {"eq": ("eq", 1, 0), "ne": ("ne", 1, 0), "lt": ("le", 1, 1), "le": ("le", 1, 0),
+            "gt": ("le", -1, 1), "ge": ("le", -1, 0)}
+
+
 def rel(op: str, a: Poly, b: Poly) -> Formula:
     """The comparison `a op b` (op: eq ne lt le gt ge) in normal form."""
-    d = a - b
-    if op == "eq":
-        return normal(Rel("eq", d))
-    if op == "ne":
-        return normal(Rel("ne", d))
-    if op == "lt":
-        return normal(Rel("le", d + Poly.const(1)))
-    if op == "le":
-        return normal(Rel("le", d))
-    if op == "gt":
-        return normal(Rel("le", -d + Poly.const(1)))
-    if op == "ge":
-        return normal(Rel("le", -d))
-    raise ValueError(f"unknown comparison {op!r}")
+    try:
+        r, sign, k = _COMPARE[op]
+    except KeyError:
+        raise ValueError(f"unknown comparison {op!r}") from None
+    d = dict(a.terms)
+    get = d.get
+    for m, c in b.terms:
+        d[m] = get(m, 0) - c
+    if sign < 0:
+        d = {m: -c for m, c in d.items()}
+    if k:
+        d[()] = d.get((), 0) + k
+    return _normal(r, {m: c for m, c in d.items() if c != 0})
 
 
 def normal(r: Rel, key: Callable[[Atom], tuple] = atom_key) -> Formula:
     """Fold constants, divide by the gcd of coefficients, make the leading coefficient positive."""
-    p = r.poly
-    if p.is_const():
-        c = p.constant
-        return Const({"eq": c == 0, "ne": c != 0, "le": c <= 0}[r.op])
-    rest = p.nonconst()
-    g = reduce(math.gcd, (abs(v) for v in rest.values()))
-    k = p.constant
-    if r.op in ("eq", "ne"):
+    return _normal(r.op, dict(r.poly.terms), key)
+
+
+def _normal(op: str, terms: dict[Monomial, int], key: Callable[[Atom], tuple] = atom_key) -> Formula:
+    """`normal` of `sum(terms) op 0`, the terms a dict with no zero coefficient."""
+    k = terms.pop((), 0)
+    if not terms:
+        return Const({"eq": k == 0, "ne": k != 0, "le": k <= 0}[op])
+    g = reduce(math.gcd, terms.values())
+    g = abs(g)
+    if op == "eq" or op == "ne":
         if k % g != 0:
-            return Const(r.op == "ne")
-        lead = min(rest, key=lambda m: [key(a) for a in m])
-        sign = -1 if rest[lead] < 0 else 1
-        return Rel(r.op, Poly.of({m: v * sign // g for m, v in p.terms}))
+            return Const(op == "ne")
+        if len(terms) == 1:
+            lead = next(iter(terms))
+        else:
+            lead = min(terms, key=lambda m: [key(a) for a in m])
+        div = -g if terms[lead] < 0 else g
+        q = {m: v // div for m, v in terms.items()}
+        if k:
+            q[()] = k // div
+        return Rel(op, Poly(frozenset(q.items())))
     # le: g*Q + k <= 0  <=>  Q + ceil(k/g) <= 0
-    q = {m: v // g for m, v in rest.items()}
-    q[()] = -((-k) // g)
-    return Rel("le", Poly.of(q))
+    q = {m: v // g for m, v in terms.items()} if g != 1 else terms
+    c = -((-k) // g)
+    if c:
+        q[()] = c
+    return Rel("le", Poly(frozenset(q.items())))
 
 
 def negate(f: Formula) -> Formula:
@@ -262,7 +301,9 @@ def negate(f: Formula) -> Formula:
             return Rel("ne", f.poly)
         if f.op == "ne":
             return Rel("eq", f.poly)
-        return normal(Rel("le", -f.poly + Poly.const(1)))
+        d = {m: -c for m, c in f.poly.terms}
+        d[()] = d.get((), 0) + 1
+        return _normal("le", {m: c for m, c in d.items() if c != 0})
     if isinstance(f, Or):
         return conj(negate(a) for a in f.args)
     return disj(negate(a) for a in f.args)
@@ -306,7 +347,7 @@ def substitute(f: Formula, s: Callable[[str], Poly]) -> Formula:
     if isinstance(f, Const):
         return f
     if isinstance(f, Rel):
-        return normal(Rel(f.op, f.poly.substitute(s)))
+        return _normal(f.op, f.poly._substituted(s))
     parts = [substitute(a, s) for a in f.args]
     return disj(parts) if isinstance(f, Or) else conj(parts)
 

@@ -20,7 +20,6 @@ from guardsolve.guards.expr import (
 from guardsolve.guards.shape import value_bailouts
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.interp import RuleTable, interpret
-from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Op
 
 
@@ -43,32 +42,44 @@ class Normalized:
     value_guards: list[int]
 
 
-def symbolic_rules(defined: list[tuple[Poly, int]], index: dict[str, int]) -> RuleTable:
-    """Rules over polynomials and formulas; divisions append `(divisor, node)` to `defined`."""
-    current = {"node": -1}
+_DIVISIONS = frozenset({Op.INT_FLOORDIV, Op.INT_MOD})
+_OPAQUE = frozenset({Op.BOOL_OPAQUE, Op.VAR_TO_BOOL})
 
-    def enter(node: Node) -> None:
-        current["node"] = index[id(node)]  # type: ignore[index]
 
-    def div(kind: str):  # type: ignore[no-untyped-def]
-        def rule(a: Poly, b: Poly) -> Poly:
-            defined.append((b, current["node"]))
-            return divide(kind, a, b)
-        return rule
+def symbolic_rules() -> RuleTable:
+    """Rules over polynomials and formulas.
+
+    NOTE: hash-consed: equal inputs give one shared result (a graph repeats `== 1` tests and
+    constants), so the repeats cost a lookup here and an identity test downstream.
+    """
+    consts: dict[int, Poly] = {}
+    compared: dict[tuple[str, Poly, Poly], Formula] = {}
+
+    def const(*, val: int) -> Poly:
+        p = consts.get(val)
+        if p is None:
+            p = consts[val] = Poly.const(val)
+        return p
 
     def cmp(name: str):  # type: ignore[no-untyped-def]
-        return lambda a, b: rel(name, a, b)
+        def rule(a: Poly, b: Poly) -> Formula:
+            key = (name, a, b)
+            f = compared.get(key)
+            if f is None:
+                f = compared[key] = rel(name, a, b)
+            return f
+        return rule
 
     return RuleTable("symbolic", {
-        Op.INT_CONST: lambda *, val: Poly.const(val),
+        Op.INT_CONST: const,
         Op.BOOL_CONST: lambda *, val: Const(val),
         Op.INT_PLACEHOLDER: lambda *, name: Poly.var(name),
         Op.INT_ARG: lambda *, name: Poly.var(name),
         Op.INT_ADD: lambda a, b: a + b,
         Op.INT_SUB: lambda a, b: a - b,
         Op.INT_MUL: lambda a, b: a * b,
-        Op.INT_FLOORDIV: div("floordiv"),
-        Op.INT_MOD: div("mod"),
+        Op.INT_FLOORDIV: lambda a, b: divide("floordiv", a, b),
+        Op.INT_MOD: lambda a, b: divide("mod", a, b),
         **{op: cmp(op.value[4:]) for op in (Op.INT_EQ, Op.INT_NE, Op.INT_LT, Op.INT_LE, Op.INT_GT, Op.INT_GE)},
         Op.BOOL_NOT: negate,
         Op.BOOL_AND: lambda a, b: conj([a, b]),
@@ -76,7 +87,7 @@ def symbolic_rules(defined: list[tuple[Poly, int]], index: dict[str, int]) -> Ru
         Op.BOOL_BAILOUT: lambda b, *, expect: b if expect else negate(b),
         # NOTE: data-dependent bailouts are set aside by `normalize`; this value is never used.
         Op.BOOL_OPAQUE: lambda *, name: TRUE,
-    }, enter)
+    })
 
 
 def normalize(graph: Graph, *, validate: bool = True) -> Normalized:
@@ -84,30 +95,42 @@ def normalize(graph: Graph, *, validate: bool = True) -> Normalized:
 
     `validate=False` skips re-checking a graph that `guard_graph` has just checked or built.
     """
-    defined: list[tuple[Poly, int]] = []
-    index = {id(n): i for i, n in enumerate(graph.nodes)}
     env: dict[str, Any] = {}
-    interpret(graph, symbolic_rules(defined, index), env, validate=validate)  # type: ignore[arg-type]
-    dims = [n.params["name"] for n in graph.nodes if n.op in (Op.INT_PLACEHOLDER, Op.INT_ARG)]
-    sizes = frozenset(n.params["name"] for n in graph.nodes if n.op is Op.INT_PLACEHOLDER)
+    interpret(graph, symbolic_rules(), env, validate=validate)  # type: ignore[arg-type]
+    nodes = graph.nodes
+    # NOTE: a graph without data-dependent bools (the usual case) needs no taint scan
+    values = value_bailouts(graph) if any(n.op in _OPAQUE for n in nodes) else set()
+    dims: list[str] = []
+    sizes: set[str] = set()
+    defined: list[tuple[Formula, int]] = []  # each division's `divisor != 0`, first
     raw: list[tuple[Formula, int]] = []
-    for den, i in defined:
-        raw.append((normal(Rel("ne", den)), i))
-    values = value_bailouts(graph)
-    for i, n in enumerate(graph.nodes):
-        if n.op is Op.BOOL_BAILOUT and i not in values:
-            f = env[n.inputs[0]]
-            raw.append((f if n.params["expect"] else negate(f), i))
+    for i, n in enumerate(nodes):
+        op = n.op
+        if op is Op.BOOL_BAILOUT:
+            if i not in values:
+                f = env[n.inputs[0]]
+                raw.append((f if n.params["expect"] else negate(f), i))
+        elif op in _DIVISIONS:
+            defined.append((normal(Rel("ne", env[n.inputs[1]])), i))
+        elif op is Op.INT_PLACEHOLDER or op is Op.INT_ARG:
+            dims.append(n.params["name"])
+            if op is Op.INT_PLACEHOLDER:
+                sizes.add(n.params["name"])
     atoms: dict[Formula, set[int]] = {}
     tautologies: list[int] = []
-    for f, i in raw:
+    for f, i in defined + raw:
         if f == FALSE:
             raise UnsatisfiableGuardsError([describe(graph, i)], "this guard can never hold")
         if f == TRUE:
             tautologies.append(i)
         for c in conjuncts(f):
-            atoms.setdefault(c, set()).add(i)
-    return Normalized([Atom(f, frozenset(p)) for f, p in atoms.items()], dims, sizes, tautologies, sorted(values))
+            s = atoms.get(c)
+            if s is None:
+                atoms[c] = {i}
+            else:
+                s.add(i)
+    return Normalized([Atom(f, frozenset(p)) for f, p in atoms.items()], dims, frozenset(sizes), tautologies,
+                      sorted(values))
 
 
 def describe(graph: Graph, i: int) -> str:

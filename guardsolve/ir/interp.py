@@ -38,12 +38,13 @@ def interpret(graph: Graph, table: RuleTable, env: dict[str, Any] | None = None,
         graph.validate()
     env = {} if env is None else env
     rules = table.rules
+    enter = table.enter
     for i, node in enumerate(graph.nodes):
         rule = rules.get(node.op)
         if rule is None:
             raise MissingRuleError(str(node.op), table.name, node)
-        if table.enter is not None:
-            table.enter(node)
+        if enter is not None:
+            enter(node)
         try:
             out = rule(*[env[name] for name in node.inputs], **node.params)
         except GuardFailure as e:
