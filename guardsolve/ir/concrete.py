@@ -78,6 +78,8 @@ def compile_call(fn: str, args: Any, kwargs: Any, outputs: int | None = None) ->
         if outputs is not None and len(tensors) != outputs:
             # NOTE: eager left an output undefined (None) where the shape rule has a tensor
             tensors = [x for x in leaves if x is None or isinstance(x, torch.Tensor)]
+            if not tensors and len(leaves) == outputs:
+                tensors = leaves  # NOTE: a value read from tensor data (`_local_scalar_dense`)
         return tensors[0] if len(tensors) == 1 else tensors
 
     return run

@@ -209,7 +209,22 @@ def _check_node(n: Node, i: int, types: Mapping[str, Type], defined_at: Mapping[
         if types[name] is not typ:
             expected = typ.value if typ is not None else "?"
             raise TypeMismatchError(f"input {pos} ({name}) should be {expected}, found {types[name].value}", n, i)
+    if n.op is Op.ATEN:
+        returns = _returns(n)
+        return {o: _SCALAR_RESULTS.get(str(returns[j].type), Type.TENSOR) if returns else Type.TENSOR
+                for j, o in enumerate(n.outputs)}
     return {o: spec.result for o in n.outputs} if spec.result is not None else {}
+
+
+# A call returning a Python number (`aten._local_scalar_dense`, `.item()`) names an int: the
+# trace has no float ops (a float read from data is never computed with), and bool math on
+# one is recorded as int ops' inputs would be.
+_SCALAR_RESULTS = {"number": Type.INT, "Scalar": Type.INT, "int": Type.INT, "SymInt": Type.INT, "float": Type.INT, "bool": Type.BOOL}
+
+
+def _returns(n: Node) -> list[Any]:
+    returns = list(resolve(n.params["fn"])._schema.returns)
+    return returns if len(returns) == len(n.outputs) else []
 
 
 def resolve_at(n: Node, i: int) -> None:
