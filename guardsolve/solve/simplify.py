@@ -14,7 +14,7 @@ sound on its own; together they leave a set where no constraint is implied by th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import networkx as nx
 
@@ -89,6 +89,21 @@ class _State:
     eqs: list[tuple[tuple[Any, ...], Prov]] = field(default_factory=list)
     rest: list[Atom] = field(default_factory=list)
     implied: set[int] = field(default_factory=set)
+
+
+class _Labels(Sequence[str]):
+    """Constraint texts rendered on first use: only messages (undecided, unsatisfiable) read them."""
+
+    def __init__(self, render: list[Callable[[], str]]):
+        self._render = render
+
+    def __len__(self) -> int:
+        return len(self._render)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [f() for f in self._render[i]]
+        return self._render[i]()
 
 
 class Simplifier:
@@ -169,19 +184,21 @@ class Simplifier:
         contexts = Contexts(self.timeout_ms)
         removed: set[int] = set()  # ids of the items z3 found implied
         for comp_edges, comp_diseqs, comp_general in hard:
-            items: list[tuple[Formula, str, Prov, Any]] = []
+            items: list[tuple[Formula, Callable[[], str], Prov, Any]] = []
             # NOTE: removal is tried on the most complex constraints first, so that of two
-            # equivalent guards the simpler one survives.
+            # equivalent guards the simpler one survives. Labels are rendered only if asked for.
             for a in sorted(comp_general, key=lambda a: -complexity(a.formula)):
-                items.append((a.formula, render_formula(a.formula, self.order), a.prov, a))
+                items.append((a.formula, self._label(render_formula, a.formula, self.order), a.prov, a))
             for d in comp_diseqs:
-                items.append((self._ne_formula(d.u, d.v, d.k), render_ne(self.order, d.u, d.v, d.k), d.prov, d))
+                items.append((self._ne_formula(d.u, d.v, d.k), self._label(render_ne, self.order, d.u, d.v, d.k),
+                              d.prov, d))
             for e in comp_edges:
-                items.append((self._le_formula(e.u, e.v, e.w), render_order(self.order, e.u, e.v, e.w), frozenset(e.prov), e))
+                items.append((self._le_formula(e.u, e.v, e.w), self._label(render_order, self.order, e.u, e.v, e.w),
+                              frozenset(e.prov), e))
             dims = set().union(*(f.dims() for f, *_ in items))
             # NOTE: `size >= 0` of dims substituted away survives as a bound on their representative.
             background = [self._le_formula(e.u, e.v, e.w) for d in dims if (e := background_of.get(d)) is not None]
-            red = reduce_component([i[0] for i in items], self.sizes, self.timeout_ms, [i[1] for i in items],
+            red = reduce_component([i[0] for i in items], self.sizes, self.timeout_ms, _Labels([i[1] for i in items]),
                                    lambda idx: self.fail([items[j][2] for j in idx]), background,
                                    contexts, self.graph.meta.get("example"))
             undecided += red.undecided
@@ -201,6 +218,10 @@ class Simplifier:
         out.sort(key=lambda c: c.sort_key(self.order))
         used = set().union(*(c.prov for c in out)) if out else set()
         return out, (implied - used) | set(self.norm.tautologies), undecided
+
+    @staticmethod
+    def _label(render: Callable[..., str], *args: Any) -> Callable[[], str]:
+        return lambda: render(*args)
 
     def _within_bounds(self, general: list[Atom], res: OrderResult) -> tuple[list[Atom], list[Atom]]:
         """Split off the general atoms that hold on the whole box the kept bounds allow

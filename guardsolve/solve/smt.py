@@ -269,10 +269,12 @@ def _reduce(formulas: Sequence[Formula], sizes: set[str], labels: Sequence[str],
             witnesses = Witnesses(formulas, background, sizes, point)
     active = set(range(len(formulas)))
     removed: list[int] = []
-    boxes = Boxes(witnesses, background) if witnesses is not None else None
+    boxes: Boxes | None = None
     for i in range(len(formulas)):
         if witnesses is not None and witnesses.find(i, active) is not None:
             continue  # NOTE: a concrete point proves `formulas[i]` irredundant; no solver call
+        if boxes is None and witnesses is not None:
+            boxes = Boxes(witnesses, background)  # NOTE: built on the first question points leave open
         verdict = boxes.decide(i, active) if boxes is not None else None
         if verdict is not None:
             if verdict:  # NOTE: no point of a small box breaks it: implied, no solver call

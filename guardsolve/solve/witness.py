@@ -79,6 +79,33 @@ def _boundary(f: Formula, d: str, point: Mapping[str, int]) -> Iterator[int]:
         yield -r // c
 
 
+_REL_SOURCE = {"eq": " == 0", "ne": " != 0", "le": " <= 0"}
+
+
+def _poly_source(p: Poly) -> str:
+    """Python source of `p` in any term order (integers: the order does not change a value)."""
+    terms = []
+    for m, c in p.terms:
+        factors = [f"({c})"]
+        for a in m:
+            if isinstance(a, str):
+                factors.append(a)
+            else:
+                sym = "//" if a.kind == "floordiv" else "%"
+                factors.append(f"(({_poly_source(a.num)}) {sym} ({_poly_source(a.den)}))")
+        terms.append("*".join(factors))
+    return " + ".join(terms) or "0"
+
+
+def _source(f: Formula) -> str:
+    """Python source of a formula, for `eval`: a comparison built directly (a sum evaluates every
+    term, so the order of terms cannot change a result or a ZeroDivisionError); `and`/`or`, whose
+    operands short-circuit, as `render_formula` orders them."""
+    if isinstance(f, Rel):
+        return _poly_source(f.poly) + _REL_SOURCE[f.op]
+    return render_formula(f, DimOrder([]))
+
+
 class Witnesses:
     """Searches points near one model of all `formulas` (plus `extra` and `size >= 0`).
 
@@ -115,7 +142,7 @@ class Witnesses:
         # NOTE: one compile for the component: each formula is a lambda over the dims, which it
         # reads as globals from `self.env`, so a one-dim move is one dict store.
         self.env: dict[str, object] = {"__builtins__": {}, **model}
-        src = ", ".join(f"lambda: ({render_formula(f, DimOrder([]))})" for f in self.formulas + extra)
+        src = ", ".join(f"lambda: ({_source(f)})" for f in self.formulas + extra)
         fns = eval(compile(f"({src},)", "<witness>", "eval"), self.env)  # noqa: S307 - our own source
         self.fns: list[Callable[[], object]] = list(fns[:len(self.formulas)])
         self.users: dict[str, list[int]] = {}
