@@ -129,7 +129,38 @@ class Boxes:
                 verdict = self._enumerate(i, active, dims, lo, hi)
                 if verdict is not None:
                     return verdict
+            elif dims is boxed and own:
+                return self._grow(i, active, own, boxed, lo, hi)
         return None
+
+    def _grow(self, i: int, active: set[int], own: list[str], boxed: list[str], lo: dict[str, float],
+              hi: dict[str, float]) -> bool | None:
+        """All boxed dims make too many points: grow f's own box by one neighbouring boxed dim
+        at a time (the narrowest first), enumerating whenever a constraint falls wholly inside.
+
+        Only "implied" can come out of a part of the box (a point found there may not extend
+        to the dims outside it), and only a part can be small enough: `x7 >= 2` with
+        `x2 < x7`, `x2 % 2 != 0` and a wide `x1` elsewhere is settled on {x7, x2}.
+        """
+        width = {d: int(hi[d] - lo[d] + 1) for d in boxed}
+        inside = set(own)
+        points = math.prod(width[d] for d in own)
+        others = [j for j in active if j != i]
+        seen = sum(1 for j in others if self.fdims[j] <= inside)
+        while True:
+            near = {d for j in others if self.fdims[j] & inside for d in self.fdims[j]}
+            near |= {d for dims, _ in self.bg_fns if dims & inside for d in dims}
+            grow = [d for d in boxed if d in near and d not in inside and points * width[d] <= self.limit]
+            if not grow:
+                return None
+            d = min(grow, key=lambda d: width[d])
+            inside.add(d)
+            points *= width[d]
+            now = sum(1 for j in others if self.fdims[j] <= inside)
+            if now > seen:
+                seen = now
+                if self._enumerate(i, active, [x for x in boxed if x in inside], lo, hi):
+                    return True
 
     def _clamped_point(self, i: int, active: set[int], lo: dict[str, float], hi: dict[str, float]) -> bool:
         """Does the current point, moved into the intervals and then nudged (a dim of each

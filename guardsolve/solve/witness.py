@@ -187,6 +187,11 @@ class Witnesses:
         f, model = self.formulas[i], self.model
         here = model[d]
         values = list(_boundary(f, d, model))
+        if values and isinstance(f, Rel) and f.op == "le":
+            # NOTE: a step or two past the boundary still breaks f, and may suit the others
+            # (a parity, a `!=`) where the boundary itself does not
+            step = 1 if values[0] > here else -1
+            values += [values[0] + step, values[0] + 2 * step]
         values += [here + 1, here - 1, here + 2, here - 2]
         values += [model[e] + k for e in sorted(f.dims()) if e != d for k in (0, 1, -1)]
         values += [0, 1, 2]
