@@ -70,7 +70,7 @@ class UnsupportedOpError(TraceError):
 
 
 class DataDependentError(TraceError):
-    """Python looked at tensor data (`if x.sum() > 0`, `.item()`): shapes cannot guard that."""
+    """Python decided on tensor data (`if x.sum() > 0`, `if t.item() > 1`): shapes cannot guard that."""
 
 
 class GuardFailure(GuardsolveError):

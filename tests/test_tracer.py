@@ -312,8 +312,8 @@ def test_data_dependent_control_flow_names_the_line() -> None:
     with pytest.raises(guardsolve.DataDependentError) as info:
         guardsolve.trace(f, torch.ones(3))
     assert "if x.sum() > 0:  # data, not shape" in str(info.value) and "value_guards=True" in str(info.value)
-    with pytest.raises(guardsolve.DataDependentError, match=r"\.item\(\)"):
-        guardsolve.trace(lambda x: x * x.sum().item(), torch.ones(3))
+    with pytest.raises(guardsolve.DataDependentError, match=r"\.item\(\).*x\.sum\(\)\.item\(\) > 1.*value_guards"):
+        guardsolve.trace(lambda x: x if x.sum().item() > 1 else -x, torch.ones(3))
     with pytest.raises(guardsolve.DataDependentError, match="u0, the size aten.nonzero.default computes from "
                        r"tensor data.*len\(torch.nonzero\(x\)\)"):
         guardsolve.trace(lambda x: x[:len(torch.nonzero(x))], torch.ones(3))
@@ -549,3 +549,60 @@ def test_resize_in_place_traces_only_to_the_same_sizes() -> None:
         guardsolve.trace(f, torch.randn(3, 3), b)
     with pytest.raises(UnsupportedOpError, match=r"resize_.*own sizes"):
         guardsolve.trace(lambda x: x.clone().resize_(4), torch.randn(3))
+
+
+@pytest.mark.parametrize("fn, inputs", [
+    (lambda x: x.item(), (torch.tensor([2.5]),)),
+    (lambda x: x * x.sum().item(), (torch.randn(3),)),
+    (lambda x: x.sum().item() + 1, (torch.tensor([2, 3]),)),
+    (lambda x: torch.full((2,), x.max().item()), (torch.randn(3),)),
+    (lambda x, s: torch.narrow(x, 0, s, 2), (torch.randn(5), torch.tensor(1))),
+    (lambda x, i: torch.tensor_split(x, i), (torch.randn(7), torch.tensor([1, 4]))),
+    (lambda x, n: x[: n.item()] * 2, (torch.randn(6), torch.tensor(4))),
+])
+def test_item_is_an_unbacked_value(fn, inputs) -> None:
+    """`.item()` is a value read from data (torch.export's unbacked symbol): recorded in the
+    trace, passed to later ops by name, recomputed by every replay; its checks (a C++
+    composite's, `narrow`'s bounds) run in the replay; it never reaches a shape guard."""
+    t = guardsolve.trace(fn, *inputs)
+    assert "aten._local_scalar_dense.default" in str(t.graph)
+    expected = fn(*inputs)
+    assert str(t.output) == str(expected)
+    from guardsolve.ir.graph import Graph
+    from guardsolve.trace.replay import run_trace
+
+    parsed = Graph.parse(str(t.graph))
+    parsed.validate()
+    assert guardsolve.print_guards(guardsolve.guard_graph(parsed)) == guardsolve.print_guards(t.guard_graph())
+    g = guardsolve.guarded(fn)
+    g(*inputs)
+    # other data, same shapes: the replay recomputes the value
+    other = tuple(torch.randn_like(a) if a.is_floating_point() else a for a in inputs)
+    assert str(g(*other)) == str(fn(*other))
+    assert str(run_trace(t.graph, *other, constants=t.constants)) == str(fn(*other))
+
+
+def test_item_checks_run_in_the_replay() -> None:
+    """`narrow` with a start read by `.item()`: its bounds check is a runtime check of the
+    trace. Out-of-range data raises as eager does, at trace time and in a replay; it never
+    clamps silently."""
+    from guardsolve.errors import GuardFailure
+    from guardsolve.trace.replay import run_trace
+
+    fn = lambda x, s: torch.narrow(x, 0, s, 2)  # noqa: E731
+    x = torch.randn(5)
+    t = guardsolve.trace(fn, x, torch.tensor(1))
+    assert str(guardsolve.simplify(t)) == ""  # no shape guard: the value is not a size
+    with pytest.raises(GuardFailure):
+        run_trace(t.graph, x, torch.tensor(4), constants=t.constants)
+    with pytest.raises(RuntimeError, match="exceeds dimension size"):  # PyTorch's own check, as in eager
+        guardsolve.trace(fn, x, torch.tensor(4))
+    g = guardsolve.guarded(fn)
+    assert torch.equal(g(x, torch.tensor(3)), fn(x, torch.tensor(3)))
+    with pytest.raises(RuntimeError, match="exceeds dimension size"):
+        g(x, torch.tensor(4))
+
+
+def test_item_with_value_guards_pins_the_value() -> None:
+    t = guardsolve.trace(lambda x: x * x.sum().item(), torch.ones(3), value_guards=True)
+    assert "aten._local_scalar_dense" not in str(t.graph) and "var_to_bool" in str(t.graph)

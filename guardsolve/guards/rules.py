@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from guardsolve.errors import UnsupportedOpError
-from guardsolve.guards.symbolic import Recorder, SymGuard
+from guardsolve.guards.symbolic import ITEM_DATA, Recorder, SymGuard
 from guardsolve.ir.aten import qualified_name
 
 # NOTE: FakeTensor's list: view_copy ops and these have C++ meta kernels that accept SymInts.
@@ -55,6 +55,11 @@ class ShapeRules(TorchDispatchMode):
         handler = _METADATA.get(func)
         if handler is not None:
             return handler(*args)
+        if func is _aten._local_scalar_dense.default and self.rec is not None:
+            return _item(self.rec, *args)
+        if func in _UNBACKED_ARGS and self.rec is not None and _reads_data(args, kwargs):
+            with self:
+                return _UNBACKED_ARGS[func](_DataMode(self.rec, func), func, *args, **kwargs)
         data_shaped = DATA_SHAPED.get(func)
         if data_shaped is not None and self.rec is not None:
             rec = self.rec
@@ -242,6 +247,52 @@ def _unbacked(rec: Recorder, func: Any, numel: Any, pick: Callable[[Any], int]) 
     return torch.SymInt(rec.unbacked(qualified_name(func), pick(real) if real is not None else 8192))
 
 
+def _reads_data(args: Any, kwargs: Any) -> bool:
+    return any(isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)) and isinstance(a.node, SymGuard)
+               and a.node.data is not None for a in tree_flatten((args, kwargs))[0])
+
+
+class _DataMode:
+    """What FakeTensor's own rules for ops over data-dependent arguments (`fake_impls`) ask of
+    the fake mode: a ShapeEnv that makes a fresh unbacked size where no bound decides one."""
+
+    def __init__(self, rec: Recorder, func: Any) -> None:
+        self.shape_env = self
+        self.rec, self.func = rec, func
+
+    def create_unbacked_symint(self) -> torch.SymInt:
+        return torch.SymInt(self.rec.unbacked(qualified_name(self.func), 8192))
+
+
+def _fake_impl(name: str) -> Callable[..., Any]:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from torch._subclasses import fake_impls
+
+        return getattr(fake_impls, name)(*args, **kwargs)
+
+    return run
+
+
+# Ops whose arguments may be values read from tensor data (`x[:n]` with `n = t.item()`):
+# FakeTensor's rules, which decide with `guard_or_false` and fall back to a fresh unbacked size.
+# Over sizes alone they take PyTorch's ordinary rule.
+_UNBACKED_ARGS: dict[Any, Callable[..., Any]] = {
+    _aten.slice.Tensor: _fake_impl("slice_forward"),
+}
+
+
+def _item(rec: Recorder, x: torch.Tensor) -> Any:
+    """`.item()`: an unbacked value of the tensor's Python type, eager's value while tracing
+    (FakeTensor's `local_scalar_dense`; PyTorch's stand-in when a saved trace is replayed)."""
+    real, rec.real = rec.real, None
+    kind = bool if x.dtype is torch.bool else int if not (x.is_floating_point() or x.is_complex()) else float
+    if x.is_complex():
+        raise UnsupportedOpError("aten._local_scalar_dense.default", "a complex .item() does not trace")
+    node = rec.unbacked("", 8192, ITEM_DATA)
+    node.pytype, node.hint = kind, kind(real) if real is not None else kind(8192)
+    return {int: torch.SymInt, float: torch.SymFloat, bool: torch.SymBool}[kind](node)
+
+
 def _unique(new: Callable[[Any], Any], x: torch.Tensor, dim: int | None, inverse: bool, counts: bool) -> Any:
     """FakeTensor's `_unique`: unique values along `dim` (all of `x` when None), and the
     inverse indices and counts (empty unless asked for; eager CPU fills them when `dim` is given)."""
@@ -302,7 +353,8 @@ class RuleCache:
     def __call__(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         rec = self.rec
         # NOTE: two calls of a data-shaped op on the same shapes have different output sizes
-        key = None if func._schema.is_mutable or func in DATA_SHAPED else _key(func, args, kwargs)
+        key = None if func._schema.is_mutable or func in DATA_SHAPED or func is _aten._local_scalar_dense.default \
+            else _key(func, args, kwargs)
         hit = self.entries.get(key) if key is not None else None
         if hit is not None:
             out, guards = hit

@@ -33,13 +33,17 @@ def is_guard_graph(graph: Graph) -> bool:
     return all(n.op in GUARD_OPS for n in graph.nodes)
 
 
+_READS_DATA = "aten._local_scalar_dense.default"
+
+
 def value_bailouts(graph: Graph) -> set[int]:
-    """Indices of bailouts that depend on tensor data (`var_to_bool` in a tensor trace,
-    `bool_opaque` in a guard graph): not checkable from shapes."""
+    """Indices of bailouts that depend on tensor data (`var_to_bool` or `.item()` in a tensor
+    trace, `bool_opaque` in a guard graph): not checkable from shapes, so a replay checks them."""
     tainted: set[str] = set()
     out: set[int] = set()
     for i, n in enumerate(graph.nodes):
-        if n.op in (Op.BOOL_OPAQUE, Op.VAR_TO_BOOL) or any(x in tainted for x in n.inputs):
+        if (n.op in (Op.BOOL_OPAQUE, Op.VAR_TO_BOOL) or any(x in tainted for x in n.inputs)
+                or (n.op is Op.ATEN and n.params["fn"] == _READS_DATA)):
             tainted.update(n.outputs)
             if n.op is Op.BOOL_BAILOUT:
                 out.add(i)

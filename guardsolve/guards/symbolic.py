@@ -285,6 +285,10 @@ def _method(name: str) -> Callable[["SymGuard", "SymGuard"], "SymGuard"]:
     return method
 
 
+# What a value `.item()` reads is (the same object in every value computed from one).
+ITEM_DATA = "a value .item() or bool(tensor) reads from tensor data"
+
+
 class SymGuard(SymNode):
     """A PyTorch SymNode whose value is known (the hint) and whose every use is recorded.
 
@@ -547,6 +551,8 @@ class SymGuard(SymNode):
 
     def _pin(self) -> Any:
         self._force()
+        if self.data is not None and not self.const:
+            raise self._data_dependent()  # NOTE: a float of tensor data: the trace has no float ops
         if self.const or self.pytype is float:
             return self.hint
         if self.pytype is bool:
@@ -664,8 +670,10 @@ class SymGuard(SymNode):
     def _data_dependent(self) -> DataDependentError:
         loc = self.rec.location()
         at = f" — {loc}" if loc is not None else ""
+        hint = ("; pass value_guards=True to trace() (--value-guards on the command line) to record a value "
+                "bailout instead" if self.data is ITEM_DATA else "")
         return DataDependentError(f"a shape decision depends on {self.data}; shape guards cannot check "
-                                  f"it{at}")
+                                  f"it{at}{hint}")
 
     # NOTE: a value with a hint is observed, so these record a guard; an unbacked size's
     # decisions raise (`guard_bool`).
@@ -676,7 +684,17 @@ class SymGuard(SymNode):
         On an unbacked size it is assumed, as PyTorch defers it to a runtime assert: the eager
         kernel a replay runs makes the same check."""
         self._force()
-        return True if self.data is not None else self.guard_bool(file, line)
+        if self.data is None:
+            return self.guard_bool(file, line)
+        rec = self.rec
+        if rec.depth == 0 and rec.trace is not None and not rec.muted and self.t is not None:
+            # NOTE: a check outside any op (a C++ composite's, `narrow`'s bounds on a start
+            # read by `.item()`): no eager kernel of the trace makes it, so the trace does,
+            # as a runtime check each replay runs (a value bailout, never a shape guard). The
+            # value is eager's: a failing check raises now, with PyTorch's own message.
+            rec.trace.emit(Op.BOOL_BAILOUT, (self.t,), meta={"loc": rec.location()}, expect=True)
+            return bool(self.hint)
+        return True
 
     expect_size = expect_true
 

@@ -74,12 +74,12 @@ def compile_call(fn: str, args: Any, kwargs: Any, outputs: int | None = None) ->
         env = dict(zip(names, values))
         a, k = substitute(template, env.__getitem__)
         leaves = tree_flatten(func(*a, **k))[0]
+        if len(leaves) == 1 and type(leaves[0]) in (int, float, bool):
+            return leaves[0]  # NOTE: a value read from tensor data (`_local_scalar_dense`)
         tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
         if outputs is not None and len(tensors) != outputs:
             # NOTE: eager left an output undefined (None) where the shape rule has a tensor
             tensors = [x for x in leaves if x is None or isinstance(x, torch.Tensor)]
-            if not tensors and len(leaves) == outputs:
-                tensors = leaves  # NOTE: a value read from tensor data (`_local_scalar_dense`)
         return tensors[0] if len(tensors) == 1 else tensors
 
     return run

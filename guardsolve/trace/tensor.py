@@ -150,7 +150,9 @@ class TracingMode(TorchDispatchMode):
             rec.loc = rec.location()
         rec.depth += 1
         try:
-            if func in _READS_DATA:
+            # NOTE: without value guards `.item()` is an unbacked value (torch.export's too):
+            # recorded, computed again by a replay, and any decision on it raises
+            if func in _READS_DATA and (rec.value_guards or func is not _aten._local_scalar_dense.default):
                 return self._read_data(func, args, kwargs or {})
             return self._call(func, args, kwargs or {})
         finally:
@@ -181,12 +183,12 @@ class TracingMode(TorchDispatchMode):
                 real_flat.append(a.eager)
             elif isinstance(a, (torch.SymInt, torch.SymBool, torch.SymFloat)):
                 node = a.node
-                if isinstance(node, SymGuard) and isinstance(a, torch.SymInt):
+                if isinstance(node, SymGuard) and (isinstance(a, torch.SymInt) or node.data is not None):
                     if node.rec is rec:
                         mine = True
                     else:
                         foreign = True
-                if isinstance(a, torch.SymInt) and node.is_symbolic():
+                if node.is_symbolic() and (isinstance(a, torch.SymInt) or node.data is not None):
                     traced = True
                 real_flat.append(node.hint)
             else:
@@ -277,6 +279,14 @@ class TracingMode(TorchDispatchMode):
                     t.poisoned = why
                     out.append(t)
             elif isinstance(m, (torch.SymInt, torch.SymBool, torch.SymFloat)) and m.node.is_symbolic():
+                node = m.node
+                if isinstance(node, SymGuard) and node.data is not None and node.t is None and node.origin is None:
+                    # NOTE: a value the op reads from tensor data (`.item()`): named by this
+                    # call, so user code and later ops refer to it and a replay recomputes it
+                    node.t = rec.trace.fresh("v")
+                    names.append(node.t)
+                    out.append(m)
+                    continue
                 raise UnsupportedOpError(qualified_name(func), "returns a symbolic scalar, which guardsolve "
                                          "does not trace", self._where())
             else:

@@ -97,8 +97,9 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     parameters (an `nn.Module` is traced through its `forward`; its parameters and buffers
     become constants named after their module path). PyTorch's own shape rules (meta kernels
     and decompositions) decide every op's sizes; every decision they or the user's code make
-    about a size is a `bool_bailout`. Reading tensor data (`if x.sum() > 0`, `.item()`) raises
-    `DataDependentError` unless `value_guards=True`, which records a value bailout instead.
+    about a size is a `bool_bailout`. A decision on tensor data (`if x.sum() > 0`, `if t.item()`)
+    raises `DataDependentError` unless `value_guards=True`, which records a value bailout
+    instead; `.item()` alone is an unbacked value the trace records and a replay recomputes.
     """
     names = parameter_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(example_inputs))
     kinds: list[tuple[str, str, int]] = []
@@ -263,7 +264,7 @@ def spec(v: Any, rec: Recorder) -> Any:
     def ref(x: Any) -> Any:
         if isinstance(x, TracedTensor):
             return Ref(x.tname)
-        if isinstance(x, (torch.SymInt, torch.SymBool)) and x.node.is_symbolic():
+        if isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat)) and x.node.is_symbolic():
             return Ref(rec.t_name(x.node))
         return x
 
