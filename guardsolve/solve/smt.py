@@ -11,6 +11,7 @@ constraint is kept and the reason recorded. A component is handed to z3 as one S
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import Any, Callable, Mapping, Sequence
 
 import z3
@@ -179,6 +180,7 @@ class Contexts:
         self._s: z3.Solver | None = None
         self._declared: set[str] = set()
         self._uses = 0
+        self.codes: dict[str, CodeType] = {}  # NOTE: the witness search's compiled formula shapes, shared too
 
     def scope(self, dims: set[str]) -> tuple[z3.Solver, str]:
         """The shared solver, pushed; and a tag that makes this scope's literal names unique."""
@@ -252,7 +254,7 @@ def _reduce(formulas: Sequence[Formula], sizes: set[str], labels: Sequence[str],
     dims = set().union(*(f.dims() for f in formulas)) if formulas else set()
     witnesses = None
     if example is not None and dims <= example.keys():
-        witnesses = Witnesses.at(formulas, background, sizes, {d: example[d] for d in dims})
+        witnesses = Witnesses.at(formulas, background, sizes, {d: example[d] for d in dims}, lazy.contexts.codes)
     undecided: list[str] = []
     if witnesses is None:
         s = lazy.solver()
@@ -266,7 +268,7 @@ def _reduce(formulas: Sequence[Formula], sizes: set[str], labels: Sequence[str],
             m = s.model()
             var = z3_vars(s.ctx)
             point = {d: m.eval(var(d), model_completion=True).as_long() for d in dims}
-            witnesses = Witnesses(formulas, background, sizes, point)
+            witnesses = Witnesses(formulas, background, sizes, point, codes=lazy.contexts.codes)
     active = set(range(len(formulas)))
     removed: list[int] = []
     boxes: Boxes | None = None

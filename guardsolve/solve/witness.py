@@ -18,6 +18,7 @@ True
 
 from __future__ import annotations
 
+from types import CodeType, FunctionType
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from guardsolve.guards.expr import Div, Formula, Poly, Rel, negate, rel  # noqa: F401 - rel: doctest
@@ -82,28 +83,54 @@ def _boundary(f: Formula, d: str, point: Mapping[str, int]) -> Iterator[int]:
 _REL_SOURCE = {"eq": " == 0", "ne": " != 0", "le": " <= 0"}
 
 
-def _poly_source(p: Poly) -> str:
-    """Python source of `p` in any term order (integers: the order does not change a value)."""
+def _poly_source(p: Poly, name: Mapping[str, str]) -> str:
+    """Python source of `p`, each dim d written `name[d]`, terms in sorted order (integers: the
+    order does not change a value)."""
     terms = []
     for m, c in p.terms:
         factors = [f"({c})"]
         for a in m:
             if isinstance(a, str):
-                factors.append(a)
+                factors.append(name[a])
             else:
                 sym = "//" if a.kind == "floordiv" else "%"
-                factors.append(f"(({_poly_source(a.num)}) {sym} ({_poly_source(a.den)}))")
+                factors.append(f"(({_poly_source(a.num, name)}) {sym} ({_poly_source(a.den, name)}))")
         terms.append("*".join(factors))
-    return " + ".join(terms) or "0"
+    return " + ".join(sorted(terms)) or "0"
 
 
-def _source(f: Formula) -> str:
+def _source(f: Formula, name: Mapping[str, str]) -> str:
     """Python source of a formula, for `eval`: a comparison built directly (a sum evaluates every
-    term, so the order of terms cannot change a result or a ZeroDivisionError); `and`/`or`, whose
-    operands short-circuit, as `render_formula` orders them."""
+    term, so the order of terms cannot change a result or a ZeroDivisionError), with dims renamed
+    by `name`; `and`/`or`, whose operands short-circuit, as `render_formula` orders them (dims
+    as they are)."""
     if isinstance(f, Rel):
-        return _poly_source(f.poly) + _REL_SOURCE[f.op]
+        return _poly_source(f.poly, name) + _REL_SOURCE[f.op]
     return render_formula(f, DimOrder([]))
+
+
+def _lambdas(formulas: Sequence[Formula], env: dict[str, object], codes: dict[str, CodeType]
+             ) -> list[Callable[[], object]]:
+    """Each formula as a function of no arguments reading its dims from `env` (its globals).
+
+    NOTE: compiling costs more than the witness search it serves. A formula's source with its
+    dims renamed `_0, _1, ...` is a shape that many components share (`x - y + 1 <= 0`), so each
+    shape is compiled once (`codes`) and given its own dims by renaming the code's globals.
+    """
+    names = [sorted(f.dims()) for f in formulas]
+    shapes = [_source(f, {d: f"_{k}" for k, d in enumerate(ds)}) for f, ds in zip(formulas, names)]
+    missing = sorted({s for s in shapes if s not in codes})
+    if missing:
+        made = eval(compile("(" + ", ".join(f"lambda: ({s})" for s in missing) + ",)", "<witness>", "eval"),
+                    {"__builtins__": {}})  # noqa: S307 - our own source
+        codes.update((s, fn.__code__) for s, fn in zip(missing, made))
+    out = []
+    for f, ds, s in zip(formulas, names, shapes):
+        code = codes[s]
+        if isinstance(f, Rel):
+            code = code.replace(co_names=tuple(ds[int(n[1:])] for n in code.co_names))
+        out.append(FunctionType(code, env))
+    return out
 
 
 class Witnesses:
@@ -115,7 +142,7 @@ class Witnesses:
 
     @classmethod
     def at(cls, formulas: Sequence[Formula], extra: Iterable[Formula], sizes: set[str],
-           point: Mapping[str, int]) -> "Witnesses | None":
+           point: Mapping[str, int], codes: dict[str, CodeType] | None = None) -> "Witnesses | None":
         """Witnesses around `point` when it is a model (every formula, extra and `size >= 0`
         holds there, by Python's arithmetic), else None: a trace's example sizes replace z3's
         first model.
@@ -128,22 +155,21 @@ class Witnesses:
         """
         if any(v < 0 and d in sizes for d, v in point.items()):
             return None
-        w = cls(formulas, extra, sizes, point, spread=False)
+        w = cls(formulas, extra, sizes, point, spread=False, codes=codes)
         if not all(_holds(fn) for fn in w.fns) or not all(_holds(fn) for fns in w.extra.values() for fn in fns):
             return None
         w._spread()
         return w
 
     def __init__(self, formulas: Sequence[Formula], extra: Iterable[Formula], sizes: set[str],
-                 model: Mapping[str, int], *, spread: bool = True):
+                 model: Mapping[str, int], *, spread: bool = True, codes: dict[str, CodeType] | None = None):
         self.formulas = list(formulas)
         extra = list(extra)
         self.sizes = sizes
-        # NOTE: one compile for the component: each formula is a lambda over the dims, which it
-        # reads as globals from `self.env`, so a one-dim move is one dict store.
+        # NOTE: each formula is a lambda over the dims, which it reads as globals from
+        # `self.env`, so a one-dim move is one dict store. `codes`: compiled shapes to share.
         self.env: dict[str, object] = {"__builtins__": {}, **model}
-        src = ", ".join(f"lambda: ({_source(f)})" for f in self.formulas + extra)
-        fns = eval(compile(f"({src},)", "<witness>", "eval"), self.env)  # noqa: S307 - our own source
+        fns = _lambdas(self.formulas + extra, self.env, {} if codes is None else codes)
         self.fns: list[Callable[[], object]] = list(fns[:len(self.formulas)])
         self.users: dict[str, list[int]] = {}
         for i, f in enumerate(self.formulas):
