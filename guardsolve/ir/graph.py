@@ -14,6 +14,7 @@ bool_bailout(i1, expect=False)
 from __future__ import annotations
 
 import itertools
+from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
 from guardsolve.errors import (
@@ -151,9 +152,19 @@ class Graph:
                 defined_at[o] = i
         types: dict[str, Type] = {}
         for i, n in enumerate(self.nodes):
-            types.update(_check_node(n, i, types, defined_at))
+            if not _plain_ok(n, types):
+                types.update(_check_node(n, i, types, defined_at))  # NOTE: in full; it names the fault
+            elif n.outputs:
+                types[n.outputs[0]] = SPECS[n.op].result  # type: ignore[assignment]
         return types
 
+
+# op -> (input types, params, outputs) of the ops `_plain_ok` checks: no variadic or optional part
+_PLAIN: Mapping[Op, tuple[tuple[Type, ...], Mapping[str, type], int]] = MappingProxyType({
+    op: (tuple(spec.inputs), MappingProxyType(dict(spec.params)), 0 if spec.result is None else 1)
+    for op, spec in SPECS.items()
+    if op is not Op.ATEN and not spec.any_inputs and spec.variadic is None and not spec.optional
+})
 
 _PARAM_NAMES = {bool: "a bool", int: "an int", str: "a name", Ints: "a list of ints", Number: "a number",
                 OpName: "an op overload (ns.op.overload)", Args: "a tuple of arguments", Kwargs: "a dict of arguments"}
@@ -173,6 +184,25 @@ def _param_ok(v: Any, t: type) -> bool:
     if t is Kwargs:
         return isinstance(v, dict)
     return type(v) is t
+
+
+def _plain_ok(n: Node, types: Mapping[str, Type]) -> bool:
+    """The common case of `_check_node`, quickly: an int/bool op with fixed inputs of the right
+    types, exactly its params (of the right types), one output if it has a result. False
+    means "check it in full", not "invalid"."""
+    shape = _PLAIN.get(n.op)  # type: ignore[call-overload]
+    if shape is None:
+        return False
+    inputs, params, outputs = shape
+    if len(n.inputs) != len(inputs) or len(n.outputs) != outputs or n.params.keys() != params.keys():
+        return False
+    for name, typ in zip(n.inputs, inputs):
+        if types.get(name) is not typ:
+            return False
+    for k, v in n.params.items():
+        if not _param_ok(v, params[k]):
+            return False
+    return True
 
 
 def _check_node(n: Node, i: int, types: Mapping[str, Type], defined_at: Mapping[str, int]) -> dict[str, Type]:
