@@ -116,6 +116,8 @@ class Simplifier:
         self.order = DimOrder(self.norm.dims)
         self.sizes = set(self.norm.sizes)
         self._kinds: dict[Formula, tuple[Any, ...]] = {}
+        self._moved: dict[str, Poly] = {}  # the previous round's substitution (`_substitute`)
+        self._memo: dict[Formula, Any] = {}  # and what each atom rewrote to in it
 
     def kind(self, f: Formula) -> tuple[Any, ...]:
         """`classify(f)`, once per formula: the rounds below ask about the same atoms again."""
@@ -303,8 +305,14 @@ class Simplifier:
 
         Equalities that appear (`a0*a1 == b0` with `a1 == 1`) are returned as new facts; on
         the next round the same atom substitutes to True for that part.
+        NOTE: an atom none of whose dims moved differently since the previous round rewrites
+        as it did then: its conjuncts (and their kinds) are taken from that round.
         """
         moved = self._subst(uf)
+        before = self._moved
+        changed = {d for d in moved.keys() | before.keys() if moved.get(d) != before.get(d)}
+        memo, self._memo = self._memo, {}
+        self._moved = moved
 
         def s(x: str) -> Poly:
             return moved[x] if x in moved else Poly.var(x)
@@ -312,15 +320,19 @@ class Simplifier:
         atoms: dict[Formula, set[int]] = {}
         new_eqs: list[tuple[tuple[Any, ...], Prov]] = []
         for a in st.rest:
-            # NOTE: an atom over representatives only is already normalized: no rewrite.
-            f = substitute(a.formula, s) if any(d in moved for d in a.formula.dims()) else a.formula
-            if f == TRUE:
+            parts = memo.get(a.formula)
+            if parts is None or not changed.isdisjoint(a.formula.dims()):
+                # NOTE: an atom over representatives only is already normalized: no rewrite.
+                dims = a.formula.dims()
+                f = substitute(a.formula, s) if any(d in moved for d in dims) else a.formula
+                parts = f if f == TRUE or f == FALSE else [(c, self.kind(c)) for c in conjuncts(f)]
+            self._memo[a.formula] = parts
+            if parts == TRUE:
                 st.implied |= a.prov
                 continue
-            if f == FALSE:
+            if parts == FALSE:
                 raise self.fail([a.prov] + self._eq_provs(st, a), "it contradicts the equalities")
-            for c in conjuncts(f):
-                kind = self.kind(c)
+            for c, kind in parts:  # type: ignore[union-attr]
                 if kind[0] in ("eq", "bind"):
                     new_eqs.append((kind, a.prov))
                 else:
