@@ -200,6 +200,7 @@ class OrderLayer:
 
     def solve(self) -> OrderResult:
         """Tighten, detect equalities and contradictions, and reduce transitively."""
+        only: set[str] | None = None
         while True:
             adj = self._adjacency()
             h = self._potentials(adj)
@@ -207,8 +208,10 @@ class OrderLayer:
             eqs = self._zero_cycles(adj, h)
             if eqs:
                 return OrderResult([], [], eqs, self.implied)
-            if not self._tighten(adj, h):
+            touched = self._tighten(adj, h, only)
+            if not touched:
                 break
+            only = self._affected(touched)
         adj = self._adjacency()
         h = self._potentials(adj)
         kept, to_z, from_z = self._reduce(self._sorted(adj, h), h)
@@ -285,13 +288,42 @@ class OrderLayer:
                 out.append((x, base, h[x] - h[base], prov))
         return out
 
-    def _tighten(self, adj: dict[str, list[Edge]], h: dict[str, int]) -> bool:
-        """Apply disequalities at the boundary of their interval; drop implied ones."""
-        changed = False
+    def _affected(self, touched: set[str]) -> set[str]:
+        """The nodes whose distances edges added at `touched` may have changed.
+
+        A shortest path visits Z at most once, and apart from Z it runs inside one weakly
+        connected component of the graph without Z at each end; so dist(s, t) can only change
+        when s's or t's component (Z aside) holds a node an added edge touches.
+        """
+        parent: dict[str, str] = {}
+
+        def find(x: str) -> str:
+            while parent.setdefault(x, x) != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for u, v in self.edges:
+            if u != Z and v != Z:
+                ru, rv = find(u), find(v)
+                if ru != rv:
+                    parent[ru] = rv
+        roots = {find(x) for x in touched if x != Z}
+        return {x for x in parent if find(x) in roots} | {x for x in touched if x != Z}
+
+    def _tighten(self, adj: dict[str, list[Edge]], h: dict[str, int], only: set[str] | None = None) -> set[str]:
+        """Apply disequalities at the boundary of their interval; drop implied ones. Returns the
+        nodes of the edges it added (empty: nothing changed).
+
+        `only`: the nodes whose distances changed since the last call (`_affected`); a
+        disequality elsewhere was left alone then and would be again.
+        """
+        touched: set[str] = set()
         # NOTE: only the comparison with k matters, so searches stop past k; one search per
         # source answers all of its queries.
-        dist = self._batched(adj, h, [q for d in self.diseqs.values() for q in ((d.u, d.v, d.k), (d.v, d.u, -d.k))])
-        for key, d in list(self.diseqs.items()):
+        todo = [(key, d) for key, d in self.diseqs.items() if only is None or d.u in only or d.v in only]
+        dist = self._batched(adj, h, [q for _, d in todo for q in ((d.u, d.v, d.k), (d.v, d.u, -d.k))])
+        for key, d in todo:
             up = dist[(d.u, d.v)]     # v - u <= up
             lo = -dist[(d.v, d.u)]    # v - u >= lo
             if d.k > up or d.k < lo:
@@ -302,14 +334,14 @@ class OrderLayer:
             elif d.k == up:
                 self.add_edge(d.u, d.v, d.k - 1, set(d.prov))
                 del self.diseqs[key]
-                changed = True
+                touched |= {d.u, d.v}
             elif d.k == lo:
                 self.add_edge(d.v, d.u, -d.k - 1, set(d.prov))
                 del self.diseqs[key]
-                changed = True
+                touched |= {d.u, d.v}
         # NOTE: applying every tightening from one set of distances is sound: the graph only
         # gets tighter, so a stale bound can make an added edge redundant, never wrong.
-        return changed
+        return touched
 
     def _reduce(self, adj: dict[str, list[Edge]], h: dict[str, int]
                 ) -> tuple[list[Edge], dict[str, int], dict[str, int]]:
