@@ -203,6 +203,7 @@ class _Lazy:
                  contexts: Contexts):
         self.formulas, self.sizes, self.background, self.contexts = formulas, sizes, background, contexts
         self._s: z3.Solver | None = None
+        self._sort: z3.BoolSortRef | None = None
 
     def solver(self) -> z3.Solver:
         if self._s is not None:
@@ -220,14 +221,27 @@ class _Lazy:
             text.append(f"(declare-fun |__keep_{tag}_{i}| () Bool)(declare-fun |__neg_{tag}_{i}| () Bool)"
                         f"(assert (=> |__keep_{tag}_{i}| {zf}))(assert (=> |__neg_{tag}_{i}| (not {zf})))")
         s.from_string("".join(text))
-        self.track = [z3.Bool(f"__keep_{tag}_{i}", s.ctx) for i in range(len(self.formulas))]
-        self.neg = [z3.Bool(f"__neg_{tag}_{i}", s.ctx) for i in range(len(self.formulas))]
+        self.track = [self._literal(f"__keep_{tag}_{i}") for i in range(len(self.formulas))]
+        self._tag = tag
         return s
+
+    def _literal(self, name: str) -> z3.BoolRef:
+        """The declared Bool `name` (one sort for all: `z3.Bool` makes a sort per call)."""
+        assert self._s is not None
+        ctx = self._s.ctx
+        if self._sort is None:
+            self._sort = z3.BoolSort(ctx)
+        return z3.BoolRef(z3.Z3_mk_const(ctx.ref(), z3.to_symbol(name, ctx), self._sort.ast), ctx)
+
+    def neg(self, i: int) -> z3.BoolRef:
+        """The literal that asserts `not formulas[i]` (made when a question needs it)."""
+        return self._literal(f"__neg_{self._tag}_{i}")
 
     def close(self) -> None:
         if self._s is not None:
             self._s.pop()
             self._s = None
+            self._sort = None
 
 
 def reduce_component(formulas: Sequence[Formula], sizes: set[str], timeout_ms: int,
@@ -285,7 +299,7 @@ def _reduce(formulas: Sequence[Formula], sizes: set[str], labels: Sequence[str],
             continue
         s = lazy.solver()
         others = [lazy.track[j] for j in sorted(active) if j != i]
-        r = s.check(*others, lazy.neg[i])
+        r = s.check(*others, lazy.neg(i))
         if r == z3.unsat:
             active.discard(i)
             removed.append(i)
