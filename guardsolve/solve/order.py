@@ -143,7 +143,8 @@ class OrderLayer:
 
     @staticmethod
     def _search(adj: dict[str, list[Edge]], h: dict[str, int], src: str,
-                targets: dict[str, float] | None = None, radius: float = INF, back: bool = False) -> dict[str, int]:
+                targets: dict[str, float] | None = None, radius: float = INF, back: bool = False,
+                avoid: str | None = None) -> dict[str, int]:
         """Exact distances from src (to src when `back`) of the nodes settled before stopping.
 
         Dijkstra on weights reduced by the potentials h (never negative). It stops past reduced
@@ -151,6 +152,7 @@ class OrderLayer:
         or out of its radius. Among equal distances it goes depth first, so along a chain of
         tight edges it reaches the far end without first settling everything else at the same
         distance. `back` walks edges backwards, over an adjacency of in-edges (`_reverse`).
+        `avoid`: a node the search never enters (the distances are then those of paths around it).
         """
         left = {t: r for t, r in targets.items() if t != src} if targets is not None else None
         if left is not None:
@@ -179,6 +181,8 @@ class OrderLayer:
                 nd = d + e.w + h[e.u] - h[e.v]
                 if nd > radius:
                     break  # NOTE: adjacency is sorted by reduced weight (see _sorted)
+                if y == avoid:
+                    continue
                 if nd < dist.get(y, INF):
                     dist[y] = nd
                     tick -= 1
@@ -253,9 +257,14 @@ class OrderLayer:
             else:
                 by_source[s].append((t, limit))
         for s, targets in by_source.items():
-            found = self._search(adj, h, s, {t: limit + h[s] - h[t] for t, limit in targets})
-            for t, _ in targets:
-                out[(s, t)] = found.get(t, INF)
+            # NOTE: a shortest path avoids Z or passes it once, weighing dist(s, Z) + dist(Z, t);
+            # searching around Z keeps each search to s's own part of the graph, where through
+            # Z's fan-out to every bounded node each search would cost as much as the graph.
+            found = self._search(adj, h, s, {t: limit + h[s] - h[t] for t, limit in targets}, avoid=Z)
+            for t, limit in targets:
+                via = to_z.get(s, INF) + from_z.get(t, INF)
+                # NOTE: t unsettled lies past the limit around Z; then only a light way via Z is exact
+                out[(s, t)] = min(found[t], via) if t in found else (via if via <= limit else INF)
         return out
 
     def _from_to_z(self, adj: dict[str, list[Edge]], h: dict[str, int],
@@ -401,7 +410,8 @@ class OrderLayer:
 
         The search stops as soon as every out-edge is decided; among equal distances it goes
         depth first, so along a chain of tight edges it reaches the far end without first
-        settling everything else at the same distance.
+        settling everything else at the same distance. It never enters Z: the caller has found
+        every edge in `out` lighter than the way through Z (dist(u, Z) + dist(Z, v) > w).
         """
         pending = {e.v: e for e in out}
         cap = {e.v: e.w + h[u] - h[e.v] for e in out}  # reduced weight of each out-edge
@@ -422,6 +432,8 @@ class OrderLayer:
                 nd = d + f.w + h[x] - h[f.v]
                 if nd > radius:
                     break  # NOTE: adjacency is sorted by reduced weight (see _sorted)
+                if f.v == Z:
+                    continue  # NOTE: a way through Z weighs over each edge asked about (see _reduce)
                 e = pending.get(f.v)
                 if e is not None and f is not e and nd <= cap[f.v]:
                     found.append(pending.pop(f.v))
