@@ -118,6 +118,7 @@ class Simplifier:
         self._kinds: dict[Formula, tuple[Any, ...]] = {}
         self._moved: dict[str, Poly] = {}  # the previous round's substitution (`_substitute`)
         self._memo: dict[Formula, Any] = {}  # and what each atom rewrote to in it
+        self._cancelled: dict[tuple[Formula, frozenset[str]], Formula] = {}  # `_cancel` by atom and positive dims
 
     def kind(self, f: Formula) -> tuple[Any, ...]:
         """`classify(f)`, once per formula: the rounds below ask about the same atoms again."""
@@ -246,8 +247,14 @@ class Simplifier:
         """Divide out dim factors the bounds make positive (`(x*a) % (x*b)` -> `x*(a % b)`)."""
         out: dict[Formula, set[int]] = {}
         memo: dict = {}
+        done = self._cancelled
         for a in general:
-            f = cancel(a.formula, positive, memo)
+            # NOTE: `cancel` asks `positive` only about the atom's own dims; with the same answers
+            # there the previous round's result stands (most atoms come back unchanged)
+            key = (a.formula, frozenset(d for d in a.formula.dims() if positive(d)))
+            f = done.get(key)
+            if f is None:
+                f = done[key] = cancel(a.formula, positive, memo)
             if f == TRUE:
                 continue  # NOTE: cannot happen for an atom the layers kept; guard anyway
             out.setdefault(f, set()).update(a.prov)
