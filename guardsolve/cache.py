@@ -116,6 +116,10 @@ class _TensorDesc:
     def dim(self) -> int:
         return len(self.shape)
 
+    @property
+    def is_cpu(self) -> bool:
+        return self.device.type == "cpu"
+
     def __repr__(self) -> str:
         return f"tensor(shape={list(self.shape)}, dtype={self.dtype})"
 

@@ -1,15 +1,22 @@
 """Compile minimal constraints into straight-line Python, in the spirit of torch.fx codegen.
 
 >>> from guardsolve.ir.signature import Param
->>> print(check_source(["a0 == b0", "a0 != 1"], (Param("a", "tensor", 1, ("a0",)), Param("b", "tensor", 1, ("b0",))), False))
+>>> print(check_source(["a0 == b0", "a0 != 1"], (Param("a", "tensor", 1, ("a0",)), Param("b", "tensor", 1, ("b0",))), False,
+...                    ["a.dtype is _s_a_dtype", "b.dtype is _s_b_dtype"]))
 def check(a, b):
-    if not isinstance(a, Tensor) or a.dim() != 1:
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
         return False
-    if not isinstance(b, Tensor) or b.dim() != 1:
+    try:
+        a0, = a.shape
+        b0, = b.shape
+    except ValueError:
         return False
-    a0, = a.shape
-    b0, = b.shape
+    if not (a.dtype is _s_a_dtype and b.dtype is _s_b_dtype):
+        return False
     return (a0 == b0) and (a0 != 1)
+
+Each stage is one conjunction (a check is a few microseconds; each statement costs): the
+kinds, the ranks (unpacking a shape of another rank raises), the static guards, the sizes.
 """
 
 from __future__ import annotations
@@ -31,25 +38,37 @@ def _body(texts: Sequence[str], divides: bool, indent: str) -> list[str]:
 
 
 def check_source(texts: Sequence[str], signature: Sequence[Param], divides: bool,
-                 static: Sequence[str] = (), params: Sequence[str] | None = None) -> str:
+                 static: Sequence[str] = (), params: Sequence[str] | None = None, arity: bool = False) -> str:
     """Source of `check(<params>)` over the traced function's inputs: kinds and ranks, then the
     `static` guards (dtype, device, ... as Python expressions), then the size guards.
 
     `params` names every parameter in order when some are not traced (pinned by a static guard).
+    With `arity`, a call with missing or extra arguments returns `_arity(given, extra, named)`
+    (which the namespace binds; `GuardSet`'s raises) instead of failing with a TypeError.
     """
     names = list(params) if params is not None else [p.name for p in signature]
     lines = [f"def check({', '.join(names)}):"]
-    for p in signature:
-        if p.kind == "tensor":
-            lines += [f"    if not isinstance({p.name}, Tensor) or {p.name}.dim() != {p.rank}:", "        return False"]
-        else:
-            lines += [f"    if not isinstance({p.name}, int) or isinstance({p.name}, bool):", "        return False"]
-    for src in static:
-        lines += [f"    if not ({src}):", "        return False"]
-    for p in signature:
-        if p.kind == "tensor" and p.rank:
-            lines.append(f"    {', '.join(p.dims)}, = {p.name}.shape")
+    if arity:
+        # NOTE: the public entry point itself (no wrapper): a call with other arguments gets
+        # `_arity`'s error, not a TypeError (a sentinel, compared by identity: no tensor `==`)
+        lines = [f"def check({''.join(n + '=_M, ' for n in names)}*_more, **_named):",
+                 f"    if _more or _named{''.join(f' or {n} is _M' for n in names)}:",
+                 f"        return _arity(({', '.join(names)}{',' if len(names) == 1 else ''}), _more, _named)"]
+    kinds = [f"isinstance({p.name}, Tensor)" + (" and not " + p.name + ".shape" if not p.rank else "")
+             if p.kind == "tensor" else f"isinstance({p.name}, int) and not isinstance({p.name}, bool)"
+             for p in signature]
+    lines += _all(kinds)
+    unpack = [f"{', '.join(p.dims)}, = {p.name}.shape" for p in signature if p.kind == "tensor" and p.rank]
+    if unpack:
+        lines += ["    try:", *(f"        {u}" for u in unpack), "    except ValueError:", "        return False"]
+    lines += _all(list(static))
     return "\n".join(lines + _body(texts, divides, "    "))
+
+
+def _all(conditions: list[str]) -> list[str]:
+    if not conditions:
+        return []
+    return [f"    if not ({' and '.join(conditions)}):", "        return False"]
 
 
 def check_dims_source(texts: Sequence[str], dims: Sequence[str], divides: bool) -> str:
@@ -57,8 +76,16 @@ def check_dims_source(texts: Sequence[str], dims: Sequence[str], divides: bool) 
     return "\n".join([f"def check_dims({', '.join(dims)}):"] + _body(texts, divides, "    "))
 
 
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+MISSING = _Missing()  # NOTE: the default of every `check` parameter (an immutable sentinel)
+
+
 def compile_function(source: str, name: str, bound: dict[str, Any] | None = None) -> Callable[..., Any]:
     """Compile generated source; `bound` are the names its static guards compare against."""
-    namespace: dict[str, Any] = {"Tensor": torch.Tensor, **(bound or {})}
+    namespace: dict[str, Any] = {"Tensor": torch.Tensor, "_M": MISSING, **(bound or {})}
     exec(compile(source, f"<guardsolve {name}>", "exec"), namespace)
     return namespace[name]

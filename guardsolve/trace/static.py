@@ -52,7 +52,9 @@ def tensor_guards(name: str, t: torch.Tensor) -> list[StaticGuard]:
     rg = t.requires_grad
     return [
         StaticGuard(f"{name}.dtype == {dt}", f"{name}.dtype is {n_dt}", f"{name}.dtype", v_dt),
-        StaticGuard(f"{name}.device == torch.device({str(dev)!r})", f"{name}.device == {n_dev}",
+        # NOTE: `x.is_cpu` is the same test for the CPU (whose device has no index), and cheaper
+        StaticGuard(f"{name}.device == torch.device({str(dev)!r})",
+                    f"{name}.is_cpu" if dev == torch.device("cpu") else f"{name}.device == {n_dev}",
                     f"{name}.device", v_dev),
         StaticGuard(f"{name}.layout == {lay}", f"{name}.layout is {n_lay}", f"{name}.layout", v_lay),
         StaticGuard(f"{'' if rg else 'not '}{name}.requires_grad",
