@@ -36,11 +36,11 @@ class Poly:
 
     @staticmethod
     def const(c: int) -> "Poly":
-        return Poly.of({(): c})
+        return Poly(frozenset([((), c)]) if c != 0 else frozenset())
 
     @staticmethod
     def var(a: Atom) -> "Poly":
-        return Poly.of({(a,): 1})
+        return Poly(frozenset([((a,), 1)]))
 
     def as_dict(self) -> dict[Monomial, int]:
         return dict(self.terms)

@@ -264,14 +264,22 @@ class Simplifier:
         return tuple(sorted((n for n in names if n != Z), key=self.order.key))
 
     @staticmethod
+    def _difference(u: str, v: str, k: int) -> Poly:
+        """`v - u - k` (Z stands for 0)."""
+        terms: dict[Any, int] = {(): -k}
+        if v != Z:
+            terms[(v,)] = 1
+        if u != Z:
+            terms[(u,)] = terms.get((u,), 0) - 1
+        return Poly.of(terms)
+
+    @staticmethod
     def _le_formula(u: str, v: str, w: int) -> Formula:
-        p = (Poly.var(v) if v != Z else Poly.const(0)) - (Poly.var(u) if u != Z else Poly.const(0))
-        return Rel("le", p - Poly.const(w))
+        return Rel("le", Simplifier._difference(u, v, w))
 
     @staticmethod
     def _ne_formula(u: str, v: str, k: int) -> Formula:
-        p = (Poly.var(v) if v != Z else Poly.const(0)) - (Poly.var(u) if u != Z else Poly.const(0))
-        return Rel("ne", p - Poly.const(k))
+        return Rel("ne", Simplifier._difference(u, v, k))
 
     def _unify(self, eqs: list[tuple[tuple[Any, ...], Prov]]) -> UnionFind:
         uf = UnionFind(self.norm.dims)
