@@ -209,25 +209,30 @@ class Witnesses:
             else:
                 env[d] = here
 
-    def _candidates(self, i: int, d: str) -> list[int]:
-        f, model = self.formulas[i], self.model
-        here = model[d]
-        values = list(_boundary(f, d, model))
-        if values and isinstance(f, Rel) and f.op == "le":
+    def _candidates(self, i: int, d: str) -> Iterator[int]:
+        """Values to try for `d` (each once, nearest the boundary of f first), made as asked:
+        the first often does."""
+        f, env = self.formulas[i], self.env
+        here: int = env[d]  # type: ignore[assignment]
+        seen: set[int] = {here}
+        size = d in self.sizes
+
+        def fresh(values: Iterable[int]) -> Iterator[int]:
+            for v in values:
+                if v not in seen and (v >= 0 or not size):
+                    seen.add(v)
+                    yield v
+
+        first = list(_boundary(f, d, env))  # type: ignore[arg-type]
+        if first and isinstance(f, Rel) and f.op == "le":
             # NOTE: a step or two past the boundary still breaks f, and may suit the others
             # (a parity, a `!=`) where the boundary itself does not
-            step = 1 if values[0] > here else -1
-            values += [values[0] + step, values[0] + 2 * step]
-        values += [here + 1, here - 1, here + 2, here - 2]
-        values += [model[e] + k for e in sorted(f.dims()) if e != d for k in (0, 1, -1)]
-        values += [0, 1, 2]
-        seen: set[int] = {here}
-        out = []
-        for v in values:
-            if v not in seen and (v >= 0 or d not in self.sizes):
-                seen.add(v)
-                out.append(v)
-        return out
+            step = 1 if first[0] > here else -1
+            first += [first[0] + step, first[0] + 2 * step]
+        yield from fresh(first)
+        yield from fresh((here + 1, here - 1, here + 2, here - 2))
+        yield from fresh([env[e] + k for e in sorted(f.dims()) if e != d for k in (0, 1, -1)])  # type: ignore[operator]
+        yield from fresh((0, 1, 2))
 
     def _broken(self, d: str, skip: int, active: set[int]) -> list[int] | None:
         """Active formulas over `d` (not `skip`) false here; None if an extra fails or one divides by 0."""
@@ -247,7 +252,7 @@ class Witnesses:
         dims = sorted(set().union(*(self.formulas[j].dims() for j in broken)) - {d})
         for e in dims:
             here = env[e]
-            values = [v for j in broken for v in _boundary(negate(self.formulas[j]), e, self.model)]
+            values = [v for j in broken for v in _boundary(negate(self.formulas[j]), e, env)]  # type: ignore[arg-type]
             values += [here + 1, here - 1, here + 2, here - 2, 2 * abs(here) + 11]
             for v in values:
                 if v == here or (v < 0 and e in self.sizes):
