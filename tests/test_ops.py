@@ -78,6 +78,8 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
     "conv2d_dilated": (lambda x: F.conv2d(x, CONV_W, None, 1, 0, 2), (r(1, 3, 7, 7),)),
     "layer_norm": (lambda x: F.layer_norm(x, (4,), LIN_W[0, :4], LIN_B[:4]), (r(2, 3, 4),)),
     "embedding": (lambda i: F.embedding(i, EMB), (idx(2, 5),)),
+    # meta kernels that resize their own outputs (a traced tensor's resize_ is refused)
+    "fft": (lambda x: (torch.fft.rfft(x), torch.fft.fft2(x)), (r(3, 8),)),
     # guardsolve's own rule (PyTorch's C++ meta fails over SymInts): pool size, samples' shape
     "fractional_max_pool3d": (lambda x, s: F.fractional_max_pool3d(x, 2, output_size=(3, 2, 3), _random_samples=s),
                               (r(2, 3, 5, 6, 5), torch.rand(3, 3, 3))),

@@ -48,10 +48,21 @@ class ShapeRules(TorchDispatchMode):
     def __init__(self, rec: Recorder | None = None) -> None:
         super().__init__()
         self.rec = rec
+        self.nested = 0  # ops running inside this one's rule (0: the traced op itself)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        outer = func in _TRACED_ONLY and not self.nested
+        self.nested += 1
+        try:
+            if outer:
+                return _TRACED_ONLY[func](*args, **kwargs)
+            return self._dispatch(func, args, kwargs)
+        finally:
+            self.nested -= 1
+
+    def _dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         handler = _METADATA.get(func)
         if handler is not None:
             return handler(*args)
@@ -229,6 +240,10 @@ def _resize_in_place(x: torch.Tensor, sizes: Any, memory_format: Any = None) -> 
 # by running the kernel on its own subclass): the same rule in Python, checks included.
 OWN_META: dict[Any, Callable[..., Any]] = {
     _aten.fractional_max_pool3d.default: _fractional_max_pool3d,
+}
+# Rules for an op user code calls on a traced tensor, not for the same op inside another's rule
+# (meta kernels resize their own meta outputs: `_fft_r2c`'s).
+_TRACED_ONLY: dict[Any, Callable[..., Any]] = {
     _aten.resize_.default: lambda x, size, memory_format=None: _resize_in_place(x, size, memory_format),
     _aten.resize_as_.default: lambda x, other, memory_format=None: _resize_in_place(x, other.shape, memory_format),
 }
