@@ -1,9 +1,10 @@
-"""Boolean masks: ops whose output size depends on the data get an unbacked size.
+"""Boolean masks and `.item()`: values that depend on the data are unbacked.
 
 `x[x > 0]`, `torch.nonzero`, `masked_select` and `unique` return as many rows as the data
 says. guardsolve gives that size a fresh name (`u0`), as PyTorch's FakeTensor does: the trace
 stays valid for any data, the guards speak only of input dims, and a shape decision on `u0`
-itself is the one thing that cannot be traced.
+itself is the one thing that cannot be traced. `.item()` is such a value too (torch.export's
+unbacked symbol): `window` slices by a length read from a tensor, and each replay reads it anew.
 
 Run: python examples/masking.py
 CLI: guardsolve report examples/masking.py:positive_scores --shape x=6,4 --shape w=4
@@ -21,6 +22,11 @@ def positive_scores(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     scores = x * w                  # broadcast: guards on x1 and w0
     kept = scores[scores > 0]       # as many entries as are positive: unbacked size u0
     return kept.sum() + torch.nonzero(x).float().mean()
+
+
+def window(x: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
+    n = length.item()               # a value read from data: recorded, never guarded
+    return x[:, :n] * 2
 
 
 def rows_needed(x: torch.Tensor) -> torch.Tensor:
@@ -43,6 +49,15 @@ def main() -> None:
         x = torch.randn(shape)
         assert torch.allclose(fast(x, w), positive_scores(x, w))  # other data: other u0, same trace
     print(f"\nguarded: {fast.cache_info()}")
+
+    t = guardsolve.trace(window, torch.randn(3, 8), torch.tensor(5))
+    print("\n== window(x=[3, 8], length=5)")
+    print(trace_summary(t, guardsolve.simplify(t)))
+    fast = guardsolve.guarded(window)
+    for n in (5, 2, 7):
+        x = torch.randn(3, 8)
+        assert torch.equal(fast(x, torch.tensor(n)), window(x, torch.tensor(n)))  # one trace, each n
+    print(f"guarded: {fast.cache_info()}")
 
     try:
         guardsolve.trace(rows_needed, torch.randn(6, 4))
