@@ -299,10 +299,10 @@ _UNBACKED_ARGS: dict[Any, Callable[..., Any]] = {
 def _item(rec: Recorder, x: torch.Tensor) -> Any:
     """`.item()`: an unbacked value of the tensor's Python type, eager's value while tracing
     (FakeTensor's `local_scalar_dense`; PyTorch's stand-in when a saved trace is replayed)."""
-    real, rec.real = rec.real, None
-    kind = bool if x.dtype is torch.bool else int if not (x.is_floating_point() or x.is_complex()) else float
     if x.is_complex():
         raise UnsupportedOpError("aten._local_scalar_dense.default", "a complex .item() does not trace")
+    real, rec.real = rec.real, None
+    kind = bool if x.dtype is torch.bool else float if x.is_floating_point() else int
     node = rec.unbacked("", 8192, ITEM_DATA)
     node.pytype, node.hint = kind, kind(real) if real is not None else kind(8192)
     return {int: torch.SymInt, float: torch.SymFloat, bool: torch.SymBool}[kind](node)
