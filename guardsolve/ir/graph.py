@@ -26,6 +26,8 @@ from guardsolve.ir.aten import resolve
 from guardsolve.ir.ops import SPECS, Args, Ints, Kwargs, Number, Op, OpName, Type
 from guardsolve.ir.parse import parse_nodes
 
+_NO_META: Mapping[str, Any] = MappingProxyType({})
+
 _PLACEHOLDERS = frozenset({Op.VAR_PLACEHOLDER, Op.INT_PLACEHOLDER, Op.INT_ARG, Op.VAR_PARAM})
 
 # NOTE: the prefix of fresh names by result type follows the notebook: bools share `i` with ints.
@@ -73,7 +75,9 @@ class Graph:
                 out = params.get("name") if op in (Op.VAR_PLACEHOLDER, Op.INT_PLACEHOLDER, Op.INT_ARG) else None
                 out = out or self.fresh(PREFIX[spec.result])
             outputs = (out,)
-        self.append(Node(op, tuple(inputs), outputs, params, dict(meta or {})))
+        # NOTE: a node without metadata shares one empty, read-only mapping: a large guard
+        # graph holds millions of nodes, most with none
+        self.append(Node(op, tuple(inputs), outputs, params, dict(meta) if meta else _NO_META))  # type: ignore[arg-type]
         return outputs[0] if outputs else None
 
     # -- reading ----------------------------------------------------------------
