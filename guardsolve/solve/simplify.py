@@ -16,9 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import networkx as nx
-
-
 from guardsolve.errors import UnsatisfiableGuardsError
 from guardsolve.guards.expr import FALSE, TRUE, Formula, Poly, Rel, cancel, conjuncts, substitute
 from guardsolve.guards.normalize import Atom, describe, normalize
@@ -385,7 +382,6 @@ class Simplifier:
         Those with general atoms, and those where a disequality can change what is implied
         (`order.needs_solver`); in the others the ordering layer's result is exact.
         """
-        g = nx.Graph()
         items: list[tuple[str, Any, list[str]]] = []
         for e in edges:
             items.append(("e", e, [n for n in (e.u, e.v) if n != Z]))
@@ -393,13 +389,8 @@ class Simplifier:
             items.append(("d", d, [n for n in (d.u, d.v) if n != Z]))
         for a in general:
             items.append(("g", a, sorted(a.formula.dims())))
-        for i, (_, _, dims) in enumerate(items):
-            g.add_node(("item", i))
-            for dim in dims:
-                g.add_edge(("item", i), ("dim", dim))
         out = []
-        for comp in nx.connected_components(g):
-            idx = sorted(i for kind, i in comp if kind == "item")
+        for idx in _shared_dims_components([dims for _, _, dims in items]):
             chosen = [items[i] for i in idx]
             comp_edges = [o for k, o, _ in chosen if k == "e"]
             comp_diseqs = [o for k, o, _ in chosen if k == "d"]
@@ -442,6 +433,34 @@ class Simplifier:
                                           render_eq(self.order, x, rep, k), frozenset(owner.get(x, set())),
                                           (rep, x)))
         return out
+
+
+def _shared_dims_components(dims: list[list[str]]) -> list[list[int]]:
+    """Indices of items grouped by shared dims (transitively), each group sorted, the groups
+    ordered by their first item.
+
+    >>> _shared_dims_components([["a"], ["b"], ["a", "c"], [], ["c"]])
+    [[0, 2, 4], [1], [3]]
+    """
+    parent = list(range(len(dims)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[str, int] = {}
+    for i, ds in enumerate(dims):
+        for d in ds:
+            j = owner.setdefault(d, i)
+            ri, rj = find(i), find(j)
+            if ri != rj:
+                parent[max(ri, rj)] = min(ri, rj)  # NOTE: the root is the group's first item
+    groups: dict[int, list[int]] = {}
+    for i in range(len(dims)):
+        groups.setdefault(find(i), []).append(i)
+    return list(groups.values())
 
 
 def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> GuardSet:
