@@ -307,10 +307,7 @@ class OrderLayer:
         parent: dict[str, str] = {}
 
         def find(x: str) -> str:
-            while parent.setdefault(x, x) != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
+            return _root(parent, x)
 
         for u, v in self.edges:
             if u != Z and v != Z:
@@ -445,6 +442,14 @@ class OrderLayer:
         return found
 
 
+def _root(parent: dict[str, str], x: str) -> str:
+    """The representative of `x` in a union-find forest kept as a parent map (path halving)."""
+    while parent.setdefault(x, x) != x:
+        parent[x] = parent[parent[x]]
+        x = parent[x]
+    return x
+
+
 class _Tight:
     """Which nodes each node reaches by a path of tight edges (reduced weight 0), Z aside.
 
@@ -467,10 +472,7 @@ class _Tight:
         parent: dict[str, str] = {}
 
         def find(x: str) -> str:
-            while parent.setdefault(x, x) != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
+            return _root(parent, x)
 
         for u, es in adj.items():
             if u == Z:
