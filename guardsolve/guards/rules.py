@@ -48,21 +48,10 @@ class ShapeRules(TorchDispatchMode):
     def __init__(self, rec: Recorder | None = None) -> None:
         super().__init__()
         self.rec = rec
-        self.nested = 0  # ops running inside this one's rule (0: the traced op itself)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
-        outer = func in _TRACED_ONLY and not self.nested
-        self.nested += 1
-        try:
-            if outer:
-                return _TRACED_ONLY[func](*args, **kwargs)
-            return self._dispatch(func, args, kwargs)
-        finally:
-            self.nested -= 1
-
-    def _dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         handler = _METADATA.get(func)
         if handler is not None:
             return handler(*args)
@@ -241,8 +230,8 @@ def _resize_in_place(x: torch.Tensor, sizes: Any, memory_format: Any = None) -> 
 OWN_META: dict[Any, Callable[..., Any]] = {
     _aten.fractional_max_pool3d.default: _fractional_max_pool3d,
 }
-# Rules for an op user code calls on a traced tensor, not for the same op inside another's rule
-# (meta kernels resize their own meta outputs: `_fft_r2c`'s).
+# Rules for an op user code calls on a traced tensor (`shape_rule`'s own op), not for the same op
+# inside another's rule (meta kernels resize their own meta outputs: `_fft_r2c`'s).
 _TRACED_ONLY: dict[Any, Callable[..., Any]] = {
     _aten.resize_.default: lambda x, size, memory_format=None: _resize_in_place(x, size, memory_format),
     _aten.resize_as_.default: lambda x, other, memory_format=None: _resize_in_place(x, other.shape, memory_format),
@@ -262,9 +251,10 @@ def _unbacked(rec: Recorder, func: Any, numel: Any, pick: Callable[[Any], int]) 
     return torch.SymInt(rec.unbacked(qualified_name(func), pick(real) if real is not None else 8192))
 
 
-def _reads_data(args: Any, kwargs: Any) -> bool:
+def _reads_data(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Is a scalar argument (not nested: `slice`'s start and end) a value read from data?"""
     return any(isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)) and isinstance(a.node, SymGuard)
-               and a.node.data is not None for a in tree_flatten((args, kwargs))[0])
+               and a.node.data is not None for a in (*args, *kwargs.values()))
 
 
 class _DataMode:
@@ -347,6 +337,9 @@ DATA_SHAPED: dict[Any, Callable[..., Any]] = {
 
 def shape_rule(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], rec: Recorder | None = None) -> Any:
     """The meta result of `func(*args, **kwargs)`: PyTorch's rule decides its shape."""
+    traced_only = _TRACED_ONLY.get(func)
+    if traced_only is not None:
+        return traced_only(*args, **kwargs)
     with enable_python_dispatcher(), ShapeRules(rec):
         return func(*args, **kwargs)
 
