@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import random
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
 import z3
+
+import guardsolve
+from guardsolve.errors import UnsatisfiableGuardsError
+from guardsolve.guards.normalize import normalize
+from guardsolve.solve import simplify as simplify_module
+from guardsolve.solve.simplify import Simplifier, parts
+from guardsolve.testing import random_guard_graph
 
 from guardsolve.guards.expr import Formula, Poly, divide, rel
 from guardsolve.ir.graph import Graph
@@ -11,6 +24,9 @@ from guardsolve.solve.bounded import Boxes
 from guardsolve.solve.order import Z, OrderLayer
 from guardsolve.solve.smt import Vars, formula_to_z3
 from guardsolve.solve.witness import Witnesses, _lambdas
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+from workloads import mixed_guard_graph, scale_guard_graph  # noqa: E402
 
 V = {d: Poly.var(d) for d in ("x1", "x2", "x4", "x7", "a", "b", "c", "d")}
 
@@ -76,3 +92,70 @@ def test_nodes_without_metadata_share_one_read_only_mapping() -> None:
     assert nodes[a].meta is nodes[b].meta and dict(nodes[a].meta) == {}
     assert nodes["i0"].meta == {"line": 3}
     g.validate()
+
+
+
+def _whole_and_parts(g: Graph) -> tuple[object, object]:
+    """(the whole graph's run, the part-by-part run) of simplify on guard graph `g`; an
+    unsatisfiable graph gives its message."""
+    norm = normalize(g)
+
+    def summary(run: Callable[[], tuple]) -> object:
+        try:
+            out, implied, undecided = run()
+        except UnsatisfiableGuardsError as e:
+            return str(e)
+        return [(c.kind, c.text, sorted(c.prov), c.dims) for c in out], sorted(implied), list(undecided)
+
+    return summary(Simplifier(g, 5000, norm).run), summary(lambda: simplify_module._run(g, norm, 5000))
+
+
+def test_parts_simplify_alone_to_what_the_whole_graph_gives_them() -> None:
+    graphs = [scale_guard_graph(400), scale_guard_graph(300, seed=7), mixed_guard_graph(60)]
+    rng = random.Random(5)
+    graphs += [random_guard_graph(rng, n_bailouts=16, tensors=5, nonlinear=k % 2 == 0, max_size=4, rank=2,
+                                  signed=k % 3 == 0) for k in range(30)]
+    split = 0
+    for g in graphs:
+        split += len(parts(normalize(g))) > 1
+        whole, by_parts = _whole_and_parts(g)
+        assert by_parts == whole
+    assert split >= 15  # NOTE: most graphs do split, so the part-by-part path is what ran
+
+
+def test_parts_are_independent_and_keep_input_order() -> None:
+    g = Graph()
+    a, b, c, d = (g.emit(Op.INT_PLACEHOLDER, (), name=n) for n in ("a0", "b0", "c0", "d0"))
+    one = g.emit(Op.INT_CONST, (), val=1)
+    for x, y in ((c, d), (a, one), (d, b), (b, a), (c, d)):
+        g.emit(Op.BOOL_BAILOUT, (g.emit(Op.INT_LE, (x, y)),), expect=True)
+    norm = normalize(g)
+    split = parts(norm)
+    # c0 <= d0 (twice: one atom), a0 <= 1, then d0 <= b0 joins the parts; b0 <= a0
+    assert [p.atoms for p in split] == [norm.atoms]
+    g.emit(Op.BOOL_BAILOUT, (g.emit(Op.INT_LE, (g.emit(Op.INT_PLACEHOLDER, (), name="e0"), one)),), expect=True)
+    norm = normalize(g)
+    split = parts(norm)
+    assert [p.atoms for p in split] == [norm.atoms[:4], norm.atoms[4:]]
+    assert [p.dims for p in split] == [["a0", "b0", "c0", "d0"], ["e0"]]
+    assert [sorted(p.sizes) for p in split] == [["a0", "b0", "c0", "d0"], ["e0"]]
+    g = Graph()
+    a, b, c, d = (g.emit(Op.INT_PLACEHOLDER, (), name=n) for n in ("a0", "b0", "c0", "d0"))
+    for x, y in ((c, d), (a, b), (d, c)):
+        g.emit(Op.BOOL_BAILOUT, (g.emit(Op.INT_LT, (x, y)),), expect=True)
+    norm = normalize(g)
+    split = parts(norm)
+    assert [p.atoms for p in split] == [[norm.atoms[0], norm.atoms[2]], [norm.atoms[1]]]
+    assert [p.dims for p in split] == [["c0", "d0"], ["a0", "b0"]]
+
+
+def test_an_unsatisfiable_part_is_named_as_the_whole_graph_names_it() -> None:
+    g = Graph()
+    a, b, c = (g.emit(Op.INT_PLACEHOLDER, (), name=n) for n in ("a0", "b0", "c0"))
+    g.emit(Op.BOOL_BAILOUT, (g.emit(Op.INT_LT, (c, c)),), expect=False)
+    g.emit(Op.BOOL_BAILOUT, (g.emit(Op.INT_LT, (a, b)),), expect=True)
+    g.emit(Op.BOOL_BAILOUT, (g.emit(Op.INT_LT, (b, a)),), expect=True)
+    whole, by_parts = _whole_and_parts(g)
+    assert isinstance(whole, str) and "contradict" in whole and by_parts == whole
+    with pytest.raises(UnsatisfiableGuardsError, match="contradict"):
+        guardsolve.simplify(g)

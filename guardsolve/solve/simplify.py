@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 from guardsolve.errors import UnsatisfiableGuardsError
 from guardsolve.guards.expr import FALSE, TRUE, Formula, Poly, Rel, cancel, conjuncts, substitute
-from guardsolve.guards.normalize import Atom, describe, normalize
+from guardsolve.guards.normalize import Atom, Normalized, describe, normalize
 from guardsolve.guards.shape import guard_graph
 from guardsolve.ir.graph import Graph
 from guardsolve.solve.constraint import Constraint, DimOrder, render_eq, render_formula, render_ne, render_order
@@ -104,14 +104,18 @@ class _Labels(Sequence[str]):
 
 
 class Simplifier:
-    """Owns the stages' state for one guard graph."""
+    """Owns the stages' state for one guard graph, or for one independent part of it (`norm`:
+    that part's atoms, dims and sizes; `order`: the whole graph's dim order; `contexts`: z3
+    solvers shared with the other parts)."""
 
-    def __init__(self, graph: Graph, timeout_ms: int):
+    def __init__(self, graph: Graph, timeout_ms: int, norm: Normalized | None = None,
+                 order: DimOrder | None = None, contexts: Contexts | None = None):
         self.graph = graph
         self.timeout_ms = timeout_ms
-        self.norm = normalize(graph, validate=False)  # NOTE: guard_graph() validated it
-        self.order = DimOrder(self.norm.dims)
+        self.norm = norm if norm is not None else normalize(graph, validate=False)  # NOTE: guard_graph() validated it
+        self.order = order if order is not None else DimOrder(self.norm.dims)
         self.sizes = set(self.norm.sizes)
+        self.contexts = contexts if contexts is not None else Contexts(timeout_ms)
         self._kinds: dict[Formula, tuple[Any, ...]] = {}
         self._moved: dict[str, Poly] = {}  # the previous round's substitution (`_substitute`)
         self._memo: dict[Formula, Any] = {}  # and what each atom rewrote to in it
@@ -136,6 +140,13 @@ class Simplifier:
     # -- stages ----------------------------------------------------------------------------
 
     def run(self) -> tuple[list[Constraint], set[int], list[str]]:
+        """The minimal constraints (sorted), the implied bailouts and what z3 left undecided."""
+        out, implied, undecided = self.reduce()
+        return (*finish(out, implied, self.norm.tautologies, self.order), undecided)
+
+    def reduce(self) -> tuple[list[Constraint], set[int], list[str]]:
+        """The stages: the kept constraints (unsorted), every node found implied (used ones
+        too: `finish` takes them out), and what z3 left undecided."""
         st = _State()
         for a in self.norm.atoms:
             c = self.kind(a.formula)
@@ -181,7 +192,7 @@ class Simplifier:
         kept_general = general
         background_of = {e.u: e for e in layer.edges.values() if e.background}
         hard = self._components(kept_edges, kept_diseqs, kept_general, background_of)
-        contexts = Contexts(self.timeout_ms)
+        contexts = self.contexts
         removed: set[int] = set()  # ids of the items z3 found implied
         for comp_edges, comp_diseqs, comp_general in hard:
             items: list[tuple[Formula, Callable[[], str], Prov, Any]] = []
@@ -215,9 +226,7 @@ class Simplifier:
                            frozenset(d.prov), self._dims(d.u, d.v)) for d in kept_diseqs]
         out += [Constraint("general", a.formula, render_formula(a.formula, self.order), a.prov,
                            tuple(sorted(a.formula.dims(), key=self.order.key))) for a in kept_general]
-        out.sort(key=lambda c: c.sort_key(self.order))
-        used = set().union(*(c.prov for c in out)) if out else set()
-        return out, (implied - used) | set(self.norm.tautologies), undecided
+        return out, implied, undecided
 
     @staticmethod
     def _label(render: Callable[..., str], *args: Any) -> Callable[[], str]:
@@ -435,7 +444,33 @@ class Simplifier:
         return out
 
 
-def _shared_dims_components(dims: list[list[str]]) -> list[list[int]]:
+def finish(out: list[Constraint], implied: set[int], tautologies: Sequence[int], order: DimOrder
+           ) -> tuple[list[Constraint], set[int]]:
+    """The constraints in canonical order, and the bailouts implied: found implied, used by no
+    kept constraint (a bailout split into several atoms may be both), or tautologies."""
+    out.sort(key=lambda c: c.sort_key(order))
+    used = set().union(*(c.prov for c in out)) if out else set()
+    return out, (implied - used) | set(tautologies)
+
+
+def parts(norm: Normalized) -> list[Normalized]:
+    """The atoms split into independent parts (no dim shared between parts), in the order of
+    their first atoms; each part's dims in input order. Dims no atom mentions are in none.
+
+    Every stage keeps to the dims an atom mentions (substitution by representatives of a
+    class, whose equalities are atoms of the same part; orderings; z3 components), so each
+    part simplifies alone to what the whole graph gives it; `_simplify` merges them.
+    """
+    rank = {d: i for i, d in enumerate(norm.dims)}
+    out = []
+    for idx in _shared_dims_components([list(a.formula.dims()) for a in norm.atoms]):
+        atoms = [norm.atoms[i] for i in idx]
+        dims = sorted(set().union(*(a.formula.dims() for a in atoms)), key=rank.__getitem__)
+        out.append(Normalized(atoms, dims, norm.sizes.intersection(dims), [], []))
+    return out
+
+
+def _shared_dims_components(dims: Sequence[Sequence[str]]) -> list[list[int]]:
     """Indices of items grouped by shared dims (transitively), each group sorted, the groups
     ordered by their first item.
 
@@ -479,10 +514,36 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
 
 def _simplify(gg: Graph, verify: bool, timeout_ms: int) -> GuardSet:
     signature = gg.meta.get("signature")
-    s = Simplifier(gg, timeout_ms)
-    constraints, implied, undecided = s.run()
-    gs = GuardSet(constraints, gg, s.norm.dims, frozenset(s.sizes), signature, implied, undecided,
-                  tuple(s.norm.tautologies), tuple(s.norm.value_guards))
+    norm = normalize(gg, validate=False)  # NOTE: guard_graph() validated it
+    constraints, implied, undecided = _run(gg, norm, timeout_ms)
+    gs = GuardSet(constraints, gg, norm.dims, norm.sizes, signature, implied, undecided,
+                  tuple(norm.tautologies), tuple(norm.value_guards))
     if verify:
         gs.verify(timeout_ms=timeout_ms)
     return gs
+
+
+def _run(gg: Graph, norm: Normalized, timeout_ms: int) -> tuple[list[Constraint], set[int], list[str]]:
+    """`Simplifier.run` part by part (`parts`): each part goes round the stages only as often
+    as it needs, and over its own dims only.
+
+    NOTE: unsatisfiable guards are named by the whole graph's run, as before: which
+    contradiction is met first depends on the order of the whole.
+    """
+    order = DimOrder(norm.dims)
+    split = parts(norm) if all(a.formula.dims() for a in norm.atoms) else []
+    if len(split) < 2:
+        return Simplifier(gg, timeout_ms, norm, order).run()
+    contexts = Contexts(timeout_ms)
+    out: list[Constraint] = []
+    implied: set[int] = set()
+    undecided: list[str] = []
+    try:
+        for part in split:
+            o, i, u = Simplifier(gg, timeout_ms, part, order, contexts).reduce()
+            out += o
+            implied |= i
+            undecided += u
+    except UnsatisfiableGuardsError:
+        return Simplifier(gg, timeout_ms, norm, order).run()
+    return (*finish(out, implied, norm.tautologies, order), undecided)
