@@ -23,12 +23,12 @@ import operator
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from guardsolve.errors import GuardFailure, GuardsolveError, TraceError, UnsupportedOpError
 from guardsolve.guards.rules import RuleCache
 from guardsolve.guards.symbolic import Recorder, SymGuard
 from guardsolve.ir.aten import refs, resolve, substitute
+from guardsolve.ir.flat import flatten
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.interp import RuleTable, interpret
 from guardsolve.ir.node import Node
@@ -119,7 +119,7 @@ def pytorch_rules(rec: Recorder, signature: tuple[Param, ...]) -> RuleTable:
             raise UnsupportedOpError(fn, f"PyTorch's shape rule fails while replaying `{node}` "
                                      f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})",
                                      str(rec.loc or "")) from e
-        leaves = [x for x in tree_flatten(out)[0] if isinstance(x, torch.Tensor) or (
+        leaves = [x for x in flatten(out)[0] if isinstance(x, torch.Tensor) or (
             isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) and x.node.is_symbolic())]
         if len(leaves) != len(node.outputs):
             raise TraceError(f"`{node}` names {len(node.outputs)} outputs; the op returns {len(leaves)} tensors")

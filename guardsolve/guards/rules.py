@@ -21,11 +21,12 @@ from torch._decomp import decomposition_table, meta_table
 from torch._dispatch.python import enable_python_dispatcher
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_map
 
 from guardsolve.errors import UnsupportedOpError
 from guardsolve.guards.symbolic import ITEM_DATA, Recorder, SymGuard
 from guardsolve.ir.aten import qualified_name
+from guardsolve.ir.flat import flatten
 
 # NOTE: FakeTensor's list: view_copy ops and these have C++ meta kernels that accept SymInts.
 _CPP_SYMINT = frozenset({
@@ -377,7 +378,7 @@ class RuleCache:
             captured, rec.capture = rec.capture, outer
             if outer is not None:
                 outer.extend(captured)
-        if key is not None and all(_cacheable(x) for x in tree_flatten(out)[0]):
+        if key is not None and all(_cacheable(x) for x in flatten(out)[0]):
             self.entries[key] = (out, guards)
         return out
 
@@ -393,7 +394,7 @@ def _sym(v: Any) -> Any:
 
 
 def _key(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    flat, spec = tree_flatten((args, kwargs))
+    flat, spec = flatten((args, kwargs))
     parts: list[Any] = [func, spec, torch.is_grad_enabled()]
     for a in flat:
         if isinstance(a, torch.Tensor):

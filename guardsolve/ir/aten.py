@@ -56,21 +56,22 @@ def qualified_name(func: Any) -> str:
 
 def refs(template: Any) -> list[str]:
     """Every `Ref` name in a template, in order of first appearance."""
-    out: list[str] = []
+    out: dict[str, None] = {}
+    _walk(template, out)
+    return list(out)
 
-    def walk(v: Any) -> None:
-        if isinstance(v, Ref):
-            if v.name not in out:
-                out.append(v.name)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x)
 
-    walk(template)
-    return out
+def _walk(v: Any, out: dict[str, None]) -> None:
+    # NOTE: a module-level function, not a closure: a recursive closure is a reference cycle
+    # per call, garbage only the cyclic collector frees (one per traced op)
+    if isinstance(v, Ref):
+        out.setdefault(v.name)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _walk(x, out)
+    elif isinstance(v, dict):
+        for x in v.values():
+            _walk(x, out)
 
 
 def substitute(template: Any, value: Callable[[str], Any]) -> Any:

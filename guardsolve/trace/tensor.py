@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 from torch._ops import _len_torch_dispatch_stack_pre_dispatch
-from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from guardsolve.errors import DataDependentError, GuardsolveError, TraceError, UnsupportedOpError
 from guardsolve.ir.aten import Ref, qualified_name, refs
+from guardsolve.ir.flat import flatten, unflatten
 from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Args, Kwargs, Op, OpName
 from guardsolve.guards.symbolic import Recorder, SymGuard
@@ -164,7 +164,7 @@ class TracingMode(TorchDispatchMode):
 
     def _call(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         rec = self.rec
-        flat, spec = tree_flatten((args, kwargs))
+        flat, spec = flatten((args, kwargs))
         # NOTE: one pass over the arguments: whose they are, whether any is traced (ops on
         # module parameters and buffers are recorded too, not folded into new constants, so a
         # replay sees in-place updates of the weights), and their eager values
@@ -204,7 +204,7 @@ class TracingMode(TorchDispatchMode):
         if poisoned is not None:
             raise UnsupportedOpError(qualified_name(func), f"its input {poisoned.tname} {poisoned.poisoned}",
                                      self._where())
-        real_args, real_kwargs = tree_unflatten(real_flat, spec)
+        real_args, real_kwargs = unflatten(real_flat, spec)
         try:
             with _outside_modes(), _threads_for(real_flat):  # NOTE: an enclosing trace must not see our inner work
                 real_out = func(*real_args, **real_kwargs)
@@ -214,7 +214,7 @@ class TracingMode(TorchDispatchMode):
             return real_out
         if func in _LAYOUT_OPS:
             self.rec.layout_observed = True
-        meta_args, meta_kwargs = tree_unflatten([self._meta(a) for a in flat], spec)
+        meta_args, meta_kwargs = unflatten([self._meta(a) for a in flat], spec)
         if takes_device(func):
             meta_kwargs = {**meta_kwargs, "device": _META}
         try:
@@ -239,14 +239,14 @@ class TracingMode(TorchDispatchMode):
                                      f"({type(e).__name__}: {first})", self._where()) from e
         finally:
             self.rec.real = None
-        template = tree_unflatten([self._template(a) for a in flat], spec)
+        template = unflatten([self._template(a) for a in flat], spec)
         return self._wrap(func, real_out, meta_out, template, flat)
 
     def _wrap(self, func: Any, real_out: Any, meta_out: Any, template: Any, flat: list[Any]) -> Any:
         rec = self.rec
         assert rec.trace is not None
-        real_leaves, out_spec = tree_flatten(real_out)
-        meta_leaves, _ = tree_flatten(meta_out)
+        real_leaves, out_spec = flatten(real_out)
+        meta_leaves, _ = flatten(meta_out)
         if len(real_leaves) != len(meta_leaves):
             raise UnsupportedOpError(qualified_name(func), "PyTorch's shape rule returns a different structure "
                                      "than eager", self._where())
@@ -296,19 +296,19 @@ class TracingMode(TorchDispatchMode):
                     {"fn": OpName(qualified_name(func)), "args": Args(args), "kwargs": Kwargs(kwargs)},
                     {"loc": rec.loc})
         rec.trace.append(node)
-        return tree_unflatten(out, out_spec)
+        return unflatten(out, out_spec)
 
     def _read_data(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         (t, *_rest) = args
         what = _READS_DATA[func]
-        if not any(isinstance(a, TracedTensor) for a in tree_flatten((args, kwargs))[0]):
+        if not any(isinstance(a, TracedTensor) for a in flatten((args, kwargs))[0]):
             return func(*args, **kwargs)
         if not self.rec.value_guards:
             raise DataDependentError(f"{what} reads tensor data, which shape guards cannot check{self._at()}; "
                                      "pass value_guards=True to trace() (--value-guards on the command line) "
                                      "to record a value bailout")
-        real_args, real_kwargs = tree_unflatten([self._real(a) for a in tree_flatten((args, kwargs))[0]],
-                                                tree_flatten((args, kwargs))[1])
+        flat, spec = flatten((args, kwargs))
+        real_args, real_kwargs = unflatten([self._real(a) for a in flat], spec)
         with _outside_modes():
             value = func(*real_args, **real_kwargs)
         rec = self.rec

@@ -101,6 +101,11 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     raises `DataDependentError` unless `value_guards=True`, which records a value bailout
     instead; `.item()` alone is an unbacked value the trace records and a replay recomputes.
     """
+    with paused_gc():  # NOTE: placeholders and the trace are many small acyclic objects
+        return _trace(fn, example_inputs, value_guards)
+
+
+def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards: bool) -> Trace:
     names = parameter_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(example_inputs))
     kinds: list[tuple[str, str, int]] = []
     for name, value in zip(names, example_inputs):
@@ -128,7 +133,7 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     args = [placeholder(rec, p, v, strided) for p, v in zip(signature, example_inputs)]
     rec.depth -= 1
     mode = TracingMode(rec, _module_names(fn))
-    with paused_gc(), _presents_as_tracing(), enable_python_dispatcher(), mode:
+    with _presents_as_tracing(), enable_python_dispatcher(), mode:
         result = call_user(fn, *args)
     out_spec = spec(result, rec)
     graph.meta["out_spec"] = out_spec
