@@ -159,3 +159,47 @@ def test_an_unsatisfiable_part_is_named_as_the_whole_graph_names_it() -> None:
     assert isinstance(whole, str) and "contradict" in whole and by_parts == whole
     with pytest.raises(UnsatisfiableGuardsError, match="contradict"):
         guardsolve.simplify(g)
+
+
+def _breaks_only(fs: list[Formula], i: int, point: dict[str, int]) -> bool:
+    from guardsolve.solve.witness import poly_value
+
+    def holds(f: Formula) -> bool:
+        v = poly_value(f.poly, point)  # type: ignore[union-attr]
+        return {"eq": v == 0, "ne": v != 0, "le": v <= 0}[f.op]  # type: ignore[union-attr]
+    return not holds(fs[i]) and all(holds(f) for j, f in enumerate(fs) if j != i)
+
+
+def test_two_dims_moved_along_a_boundary_find_points_one_dim_moves_miss(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `x2 != x4` fails only where x2 == x4, odd (x2 % 2 != 0) and >= 6 (x0 + 4 <= x4, x0 >= 2):
+    # both dims must move, together
+    x0, x1, x2, x4, x5, x7 = (Poly.var(f"x{k}") for k in (0, 1, 2, 4, 5, 7))
+    one = Poly.const(1)
+    fs = [rel("ne", divide("mod", x2, Poly.const(2)), Poly.const(0)), rel("ne", x2 * x4, x5), rel("ne", x0, x1),
+          rel("ne", x1, x2), rel("ne", x2, x4), rel("ne", x4, x5), rel("ne", x1, one), rel("ne", x2, one),
+          rel("ne", x7, one), rel("ge", x5, Poly.const(2)), rel("ge", x0, Poly.const(2)),
+          rel("le", x2, x5 + Poly.const(3)), rel("lt", x7, x5), rel("le", x0 + Poly.const(4), x4),
+          rel("le", x1, Poly.const(64))]
+    sizes = {f"x{k}" for k in (0, 1, 2, 4, 5, 7)}
+    point = {"x0": 2, "x1": 8, "x2": 3, "x4": 8, "x5": 16, "x7": 8}
+    w = Witnesses.at(fs, [], sizes, point)
+    assert w is not None
+    everything = set(range(len(fs)))
+    before = w.model
+    found = w.find(4, everything)
+    assert found is not None and _breaks_only(fs, 4, found) and found["x2"] == found["x4"]
+    assert not _implied_by_z3(fs, 4, sizes)
+    # `x2*x4 != x5` here fails where x5 == x2*x4 <= x2 + 3, x2 even, x4 >= 6: at x2 = x5 = 0
+    pf = [rel("eq", divide("mod", x2, Poly.const(2)), Poly.const(0)), rel("ne", x2 * x4, x5), rel("ne", x0, x2),
+          rel("ne", x2, x4), rel("ne", x4, x5), rel("ne", x5, x7), rel("ne", x2, one), rel("ne", x5, one),
+          rel("ne", x7, one), rel("ge", x0, Poly.const(2)), rel("le", x5, x2 + Poly.const(3)),
+          rel("le", x0 + Poly.const(4), x4), rel("le", x0, Poly.const(64))]
+    pw = Witnesses.at(pf, [], sizes, {"x0": 2, "x2": 4, "x4": 16, "x5": 2, "x7": 8})
+    assert pw is not None
+    product = pw.find(1, set(range(len(pf))))
+    assert product is not None and _breaks_only(pf, 1, product)
+    assert not _implied_by_z3(pf, 1, sizes)
+    monkeypatch.setattr(Witnesses, "_along", lambda self, i, active: False)
+    assert w.find(4, everything) is None  # NOTE: the plain search needs z3 for both
+    assert pw.find(1, set(range(len(pf)))) is None
+    assert w.model == before  # NOTE: each search leaves the point where it found it

@@ -287,6 +287,35 @@ class Witnesses:
                 if self._repair(i, d, broken, active):
                     return self.model
                 env.update(saved)
-            return None
+            return self.model if self._along(i, active) else None
         finally:
             env.update(saved)
+
+    def _along(self, i: int, active: set[int]) -> bool:
+        """Move two of f's dims together: one a step or a few, the other back onto f's
+        boundary (`x == y` with both odd; `x*y == z` with y changed). Leaves the point moved
+        when it returns True."""
+        f, env, sizes = self.formulas[i], self.env, self.sizes
+        dims = sorted(f.dims())
+        for e in dims:
+            here_e: int = env[e]  # type: ignore[assignment]
+            # NOTE: 0 makes a product 0; 1 and 2 the smallest others (as `_candidates` ends)
+            for ve in dict.fromkeys((here_e + 1, here_e - 1, here_e + 2, here_e - 2, here_e + 3,
+                                     2 * abs(here_e) + 11, 0, 1, 2)):
+                if ve < 0 and e in sizes:
+                    continue
+                env[e] = ve
+                for d in dims:
+                    if d == e:
+                        continue
+                    here_d = env[d]
+                    for vd in _boundary(f, d, env):  # type: ignore[arg-type]
+                        if vd < 0 and d in sizes:
+                            continue
+                        env[d] = vd
+                        if _holds(self.fns[i]) is False and self._others_hold(e, i, active) and \
+                                self._others_hold(d, i, active):
+                            return True
+                    env[d] = here_d
+            env[e] = here_e
+        return False
