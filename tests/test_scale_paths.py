@@ -203,3 +203,25 @@ def test_two_dims_moved_along_a_boundary_find_points_one_dim_moves_miss(monkeypa
     assert w.find(4, everything) is None  # NOTE: the plain search needs z3 for both
     assert pw.find(1, set(range(len(pf)))) is None
     assert w.model == before  # NOTE: each search leaves the point where it found it
+
+
+def test_constants_and_bailouts_share_their_params_and_read_as_before() -> None:
+    g = Graph()
+    a = g.emit(Op.INT_PLACEHOLDER, (), name="a0")
+    ones = [g.emit(Op.INT_CONST, (), val=1) for _ in range(2)]
+    t = g.emit(Op.BOOL_CONST, (), val=True)
+    for one in ones:
+        g.emit(Op.BOOL_BAILOUT, (g.emit(Op.INT_EQ, (a, one)),), expect=False)
+    g.emit(Op.BOOL_BAILOUT, (t,), expect=True)
+    by_name = {n.outputs[0]: n for n in g.nodes if n.outputs}
+    bailouts = g.bailouts()
+    assert by_name[ones[0]].params is by_name[ones[1]].params  # NOTE: one mapping for `val=1`
+    assert by_name[t].params is not by_name[ones[0]].params  # NOTE: `val=True` is not `val=1`
+    assert bailouts[0].params is bailouts[1].params and bailouts[2].params is not bailouts[0].params
+    eqs = [n for n in g.nodes if n.op is Op.INT_EQ]
+    assert eqs[0].params is eqs[1].params and dict(eqs[0].params) == {}
+    with pytest.raises(TypeError):
+        by_name[ones[0]].params["val"] = 2  # type: ignore[index]
+    g.validate()
+    assert Graph.parse(str(g)) == g  # NOTE: parsed nodes hold plain dicts; equal all the same
+    assert guardsolve.simplify(g).constraints[0].text == "a0 != 1"

@@ -27,6 +27,11 @@ from guardsolve.ir.ops import SPECS, Args, Ints, Kwargs, Number, Op, OpName, Typ
 from guardsolve.ir.parse import parse_nodes
 
 _NO_META: Mapping[str, Any] = MappingProxyType({})
+_NO_PARAMS: Mapping[str, Any] = MappingProxyType({})
+
+# Ops whose params take few distinct values over millions of nodes: each graph records each
+# distinct params once (read-only), keyed by the values and their types (`val=True` is not `val=1`)
+_SHARED_PARAMS = frozenset({Op.INT_CONST, Op.BOOL_CONST, Op.BOOL_BAILOUT})
 
 _PLACEHOLDERS = frozenset({Op.VAR_PLACEHOLDER, Op.INT_PLACEHOLDER, Op.INT_ARG, Op.VAR_PARAM})
 
@@ -42,6 +47,7 @@ class Graph:
         self.meta: dict[str, Any] = dict(meta or {})
         self._used: set[str] = set()
         self._counters: dict[str, int] = {}
+        self._params: dict[tuple[Any, ...], Mapping[str, Any]] = {}  # see `_SHARED_PARAMS`
         for n in nodes or []:
             self.append(n)
 
@@ -76,8 +82,20 @@ class Graph:
                 out = out or self.fresh(PREFIX[spec.result])
             outputs = (out,)
         # NOTE: a node without metadata shares one empty, read-only mapping: a large guard
-        # graph holds millions of nodes, most with none
-        self.append(Node(op, tuple(inputs), outputs, params, dict(meta) if meta else _NO_META))  # type: ignore[arg-type]
+        # graph holds millions of nodes, most with none; so do nodes without params, and
+        # constants and bailouts share their few distinct params
+        shared: Mapping[str, Any] = params
+        if not params:
+            shared = _NO_PARAMS
+        elif op in _SHARED_PARAMS:
+            key = (op, *[(k, type(v), v) for k, v in params.items()])
+            try:
+                shared = self._params.get(key)  # type: ignore[assignment]
+                if shared is None:
+                    shared = self._params[key] = MappingProxyType(params)
+            except TypeError:  # NOTE: an unhashable value (an invalid node, which validate names)
+                shared = params
+        self.append(Node(op, tuple(inputs), outputs, shared, dict(meta) if meta else _NO_META))  # type: ignore[arg-type]
         return outputs[0] if outputs else None
 
     # -- reading ----------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from guardsolve.ir.aten import render_call
 from guardsolve.ir.ops import Op
@@ -56,7 +56,7 @@ class Node:
     op: Op
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    params: dict[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] = field(default_factory=dict)  # NOTE: read-only when `Graph.emit` shares it
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __str__(self) -> str:
