@@ -68,6 +68,28 @@ def test_add_under_pytorch_rules_has_the_seeds_minimal_guards() -> None:
     assert gs.check_dims({"a0": 7, "b0": 7}) and not gs.check_dims({"a0": 1, "b0": 1})
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: x + x.exp(),
+    lambda x: x * x.relu() - x,
+    lambda x: x.sigmoid() / (x.exp() + x),
+], ids=["add", "mul-sub", "div"])
+def test_operands_of_one_shape_broadcast_without_a_decision(fn) -> None:  # type: ignore[no-untyped-def]
+    """Sizes that are one value broadcast to it for every value, 1 included: no `!= 1` guard."""
+    t = guardsolve.trace(fn, torch.randn(3, 5))
+    gs = guardsolve.simplify(t)
+    assert not any("!= 1" in str(c) for c in gs), [str(c) for c in gs]
+    one = torch.randn(1, 1)
+    assert gs.check(one) is True
+    torch.testing.assert_close(guardsolve.guarded(fn)(one), fn(one))
+    assert exactness_failures(fn, (torch.randn(3, 5),), count=10) == []
+
+
+def test_operands_of_different_sizes_still_decide_the_broadcast() -> None:
+    gs = guardsolve.simplify(guardsolve.trace(lambda x, y: x + y, torch.randn(2, 5), torch.randn(5)))
+    assert gs.check(torch.randn(2, 5), torch.randn(5)) and gs.check(torch.randn(3, 4), torch.randn(4))
+    assert not gs.check(torch.randn(2, 5), torch.randn(1)) and not gs.check(torch.randn(2, 1), torch.randn(1))
+
+
 def test_recorded_guards_equal_the_reinterpreted_saved_trace() -> None:
     def f(x, w):
         h = F.layer_norm(x, (x.shape[-1],))

@@ -106,15 +106,14 @@ _FAST_BINARY: dict[Any, Any] = {
 
 
 def _fast_binary(operands: tuple[Any, ...], promotion: Any) -> torch.Tensor | None:
-    from torch._subclasses.fake_impls import infer_size
     from torch.fx.experimental.symbolic_shapes import guard_or_false, sym_eq
 
     shape: Any = None
     for op in operands:
         here = op.shape if isinstance(op, torch.Tensor) else ()
-        shape = here if shape is None else infer_size(shape, here)
+        shape = here if shape is None else _broadcast(shape, here)
     if not any(isinstance(op, torch.Tensor) and len(op.shape) == len(shape)
-               and guard_or_false(sym_eq(op.shape, shape)) for op in operands):
+               and (_same_sizes(op.shape, shape) or guard_or_false(sym_eq(op.shape, shape))) for op in operands):
         return None
     tensors = [op for op in operands if isinstance(op, torch.Tensor)]
     dtypes = {t.dtype for t in tensors}
@@ -125,6 +124,60 @@ def _fast_binary(operands: tuple[Any, ...], promotion: Any) -> torch.Tensor | No
     if not all(_known_contiguous(t) for t in tensors):
         return None
     return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _same_sizes(a: Any, b: Any) -> bool:
+    """Are `a` and `b` the same sizes as values (guard-graph names or constants)? `sym_eq`
+    answers True for them without a decision; this asks nothing of PyTorch."""
+    return all(x is not None and x == y for x, y in zip(map(_sym, a), map(_sym, b)))
+
+
+def _broadcast(a: Any, b: Any) -> tuple[Any, ...]:
+    """FakeTensor's `infer_size`: its decisions in its order, from the last dim to the first.
+
+    Two sizes that are one value (one guard-graph name) broadcast to it and decide nothing:
+    PyTorch's rule would still ask whether it is 1, and `x + x.exp()` would keep `x0 != 1`,
+    which eager never needs. Sizes over guardsolve's own nodes are compared on the nodes,
+    without PyTorch's SymInt wrappers around each comparison (the hot path of every chain
+    of pointwise ops); anything else (an unbacked size) takes PyTorch's own helpers.
+    """
+    from torch.fx.experimental.symbolic_shapes import expect_true, guard_or_false
+
+    ndim = max(len(a), len(b))
+    out: list[Any] = [0] * ndim
+    for i in range(ndim - 1, -1, -1):
+        ia, ib = i - ndim + len(a), i - ndim + len(b)
+        sa = a[ia] if ia >= 0 else 1
+        sb = b[ib] if ib >= 0 else 1
+        ka = _sym(sa)
+        if ka is not None and ka == _sym(sb):
+            out[i] = sa
+            continue
+        na, nb = _plain(sa), _plain(sb)
+        if na is None and nb is not None and isinstance(sa, int):
+            na = nb.wrap_int(sa)
+        elif nb is None and na is not None and isinstance(sb, int):
+            nb = na.wrap_int(sb)
+        if na is not None and nb is not None:
+            a_one = na.eq(na.wrap_int(1)).guard_bool("", 0)
+            ok = a_one or nb.eq(nb.wrap_int(1)).guard_bool("", 0) or na.eq(nb).expect_true("", 0)
+        else:
+            a_one = guard_or_false(sa == 1)
+            ok = a_one or guard_or_false(sb == 1) or expect_true(sa == sb)
+        if not ok:
+            raise RuntimeError(f"The size of tensor a ({sa}) must match the size of tensor b ({sb}) "
+                               f"at non-singleton dimension {i})")
+        out[i] = sb if a_one else sa
+    return tuple(out)
+
+
+def _plain(v: Any) -> SymGuard | None:
+    """The node of a size guardsolve decides on directly, or None (an int, or an unbacked or
+    lazily decided size, which take PyTorch's helpers)."""
+    if isinstance(v, torch.SymInt):
+        node = v.node
+        return node if isinstance(node, SymGuard) and node.data is None and node.lazy is None else None
+    return None
 
 
 # Unary pointwise ops that keep a float input's dtype: on a contiguous input the result is a
