@@ -225,3 +225,53 @@ def test_constants_and_bailouts_share_their_params_and_read_as_before() -> None:
     g.validate()
     assert Graph.parse(str(g)) == g  # NOTE: parsed nodes hold plain dicts; equal all the same
     assert guardsolve.simplify(g).constraints[0].text == "a0 != 1"
+
+
+def test_the_coefficient_of_a_dim_read_in_place_is_the_one_read_through_polynomials() -> None:
+    from guardsolve.solve.witness import _coefficient, poly_value
+
+    def plain(p: Poly, d: str, point: dict[str, int]) -> int | None:  # NOTE: the earlier code
+        c = 0
+        for m, k in p.terms:
+            if any(not isinstance(a, str) and d in a.dims() for a in m):
+                return None
+            if d not in m:
+                continue
+            rest = list(m)
+            rest.remove(d)
+            if d in rest:
+                return None
+            c += k * poly_value(Poly.of({tuple(rest): 1}), point)
+        return c or None
+
+    rng = random.Random(3)
+    names = ["a", "b", "c"]
+
+    def poly(depth: int) -> Poly:
+        out = Poly.const(rng.randint(-3, 3))
+        for _ in range(rng.randint(1, 3)):
+            term = Poly.const(rng.choice([-2, -1, 1, 3]))
+            for _ in range(rng.randint(0, 2)):
+                if depth and rng.random() < 0.2:
+                    term = term * divide(rng.choice(["mod", "floordiv"]), poly(depth - 1), poly(depth - 1))
+                else:
+                    term = term * Poly.var(rng.choice(names))
+            out = out + term
+        return out
+
+    checked = 0
+    for _ in range(3000):
+        p, d = poly(1), rng.choice(names)
+        point = {x: rng.randint(-4, 4) for x in names}
+        try:
+            want = plain(p, d, point)
+        except ZeroDivisionError:
+            continue  # NOTE: either may raise first; callers read a raise and None alike
+        try:
+            got = _coefficient(p, d, point)
+        except ZeroDivisionError:
+            assert want is None
+            continue
+        assert got == want
+        checked += want is not None
+    assert checked > 500

@@ -51,15 +51,24 @@ def _coefficient(p: Poly, d: str, point: Mapping[str, int]) -> int | None:
     """c when `p` is `c*d + (terms without d)` at `point`; None when d occurs otherwise."""
     c = 0
     for m, k in p.terms:
-        if any(isinstance(a, Div) and d in a.dims() for a in m):
-            return None
         if d not in m:
+            if any(isinstance(a, Div) and d in a.dims() for a in m):
+                return None
             continue
-        rest = list(m)
-        rest.remove(d)
-        if d in rest:
-            return None
-        c += k * poly_value(Poly.of({tuple(rest): 1}), point)
+        once = False
+        for a in m:  # NOTE: the monomial's value without one d, evaluated in place
+            if a == d and not once:
+                once = True
+            elif isinstance(a, str):
+                if a == d:
+                    return None  # NOTE: d squared
+                k *= point[a]
+            else:
+                if d in a.dims():
+                    return None
+                num, den = poly_value(a.num, point), poly_value(a.den, point)
+                k *= num // den if a.kind == "floordiv" else num % den
+        c += k
     return c or None
 
 
