@@ -27,7 +27,21 @@ from guardsolve.ir.ops import SPECS, Args, Ints, Kwargs, Number, Op, OpName, Typ
 from guardsolve.ir.parse import parse_nodes
 
 _NO_META: Mapping[str, Any] = MappingProxyType({})
-_NO_PARAMS: Mapping[str, Any] = MappingProxyType({})
+
+
+class SharedParams(dict):  # type: ignore[type-arg]
+    """Params that many nodes share (`Graph.emit`): read-only. A dict, not a mapping proxy,
+    because rules take params as `**params`, which copies any other mapping slowly."""
+
+    __slots__ = ()
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("these params are shared by several nodes: read-only")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _read_only  # type: ignore
+
+
+_NO_PARAMS: Mapping[str, Any] = SharedParams()
 
 # Ops whose params take few distinct values over millions of nodes: each graph records each
 # distinct params once (read-only), keyed by the values and their types (`val=True` is not `val=1`)
@@ -92,7 +106,7 @@ class Graph:
             try:
                 shared = self._params.get(key)  # type: ignore[assignment]
                 if shared is None:
-                    shared = self._params[key] = MappingProxyType(params)
+                    shared = self._params[key] = SharedParams(params)
             except TypeError:  # NOTE: an unhashable value (an invalid node, which validate names)
                 shared = params
         self.append(Node(op, tuple(inputs), outputs, shared, dict(meta) if meta else _NO_META))  # type: ignore[arg-type]

@@ -39,26 +39,31 @@ def interpret(graph: Graph, table: RuleTable, env: dict[str, Any] | None = None,
     env = {} if env is None else env
     rules = table.rules
     enter = table.enter
-    for i, node in enumerate(graph.nodes):
+    for node in graph.nodes:
         rule = rules.get(node.op)
         if rule is None:
             raise MissingRuleError(str(node.op), table.name, node)
         if enter is not None:
             enter(node)
+        params = node.params
         try:
-            out = rule(*[env[name] for name in node.inputs], **node.params)
+            # NOTE: most nodes have no params; a call without `**{}` is the cheaper one
+            out = rule(*[env[name] for name in node.inputs], **params) if params else \
+                rule(*[env[name] for name in node.inputs])
         except GuardFailure as e:
             raise e.at(node) from None
         except GuardsolveError:
             raise
         except Exception as e:
+            i = next(k for k, n in enumerate(graph.nodes) if n is node)
             loc = node.meta.get("loc")
             at = f" ({loc})" if loc is not None else ""
             raise InterpretError(
                 f"{table.name} rule failed while executing node {i} `{node}`{at}: {type(e).__name__}: {e}"
             ) from e
-        if len(node.outputs) == 1:
-            env[node.outputs[0]] = out
-        elif node.outputs:  # NOTE: a call returning several tensors binds one name each
-            env.update(zip(node.outputs, out))
+        outputs = node.outputs
+        if len(outputs) == 1:
+            env[outputs[0]] = out
+        elif outputs:  # NOTE: a call returning several tensors binds one name each
+            env.update(zip(outputs, out))
     return env
