@@ -275,3 +275,14 @@ def test_the_coefficient_of_a_dim_read_in_place_is_the_one_read_through_polynomi
         assert got == want
         checked += want is not None
     assert checked > 500
+
+
+def test_a_failing_rule_names_its_node_by_index() -> None:
+    from guardsolve.errors import InterpretError
+    from guardsolve.ir.interp import RuleTable, interpret
+
+    g = Graph.parse("x = int_arg(name=x)\ni0 = int_const(val=0)\ni1 = int_floordiv(x, i0)")
+    table = RuleTable("demo", {Op.INT_ARG: lambda *, name: 7, Op.INT_CONST: lambda *, val: val,
+                               Op.INT_FLOORDIV: lambda a, b: a // b})
+    with pytest.raises(InterpretError, match=r"demo rule failed while executing node 2 `i1 = int_floordiv\(x, i0\)`"):
+        interpret(g, table)
