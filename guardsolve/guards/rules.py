@@ -66,15 +66,9 @@ class ShapeRules(TorchDispatchMode):
             rec = self.rec
             with self:
                 return data_shaped(lambda numel, pick: _unbacked(rec, func, numel, pick), *args, **kwargs)
-        promotion = _FAST_BINARY.get(func)
-        if promotion is not None:
-            out = _fast_binary(args, promotion)
-            if out is not None:
-                return out
-        if func in _FAST_UNARY:
-            out = _fast_unary(args, kwargs)
-            if out is not None:
-                return out
+        out = _fast(func, args, kwargs)
+        if out is not None:
+            return out
         check = _EAGER_CHECKS.get(func)
         if check is not None:
             check(*args, **kwargs)
@@ -103,6 +97,16 @@ _FAST_BINARY: dict[Any, Any] = {
     _aten.add.Tensor: _KIND.DEFAULT, _aten.sub.Tensor: _KIND.DEFAULT, _aten.mul.Tensor: _KIND.DEFAULT,
     _aten.div.Tensor: _KIND.INT_TO_FLOAT,
 }
+
+
+def _fast(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """FakeTensor's fast path for a pointwise op, or None where it does not apply."""
+    promotion = _FAST_BINARY.get(func)
+    if promotion is not None:
+        return _fast_binary(args, promotion)
+    if func in _FAST_UNARY:
+        return _fast_unary(args, kwargs)
+    return None
 
 
 def _fast_binary(operands: tuple[Any, ...], promotion: Any) -> torch.Tensor | None:
@@ -394,6 +398,9 @@ def shape_rule(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], rec: Re
     traced_only = _TRACED_ONLY.get(func)
     if traced_only is not None:
         return traced_only(*args, **kwargs)
+    out = _fast(func, args, kwargs)  # NOTE: the fast paths need no mode: no dispatch round trip
+    if out is not None:
+        return out
     with enable_python_dispatcher(), ShapeRules(rec):
         return func(*args, **kwargs)
 
