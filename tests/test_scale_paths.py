@@ -286,3 +286,25 @@ def test_a_failing_rule_names_its_node_by_index() -> None:
                                Op.INT_FLOORDIV: lambda a, b: a // b})
     with pytest.raises(InterpretError, match=r"demo rule failed while executing node 2 `i1 = int_floordiv\(x, i0\)`"):
         interpret(g, table)
+
+
+def test_inlined_truth_tests_read_as_holds_does_division_by_zero_too() -> None:
+    from guardsolve.solve.witness import _holds
+
+    x, y, z = Poly.var("x"), Poly.var("y"), Poly.var("z")
+    fs = [rel("eq", divide("mod", x, y), Poly.const(0)), rel("le", x, z), rel("ne", divide("floordiv", z, x - y), y),
+          rel("lt", y, z + Poly.const(1)), rel("ne", x, Poly.const(2))]
+    extra = [rel("ge", divide("floordiv", Poly.const(4), z), Poly.const(0))]
+    w = Witnesses(fs, extra, set(), {"x": 1, "y": 1, "z": 1}, spread=False)
+    rng = random.Random(1)
+    for _ in range(400):
+        w.env.update({d: rng.randint(-2, 2) for d in "xyz"})
+        active = set(rng.sample(range(len(fs)), rng.randint(0, len(fs))))
+        skip = rng.randrange(len(fs))
+        for d in "xyz":
+            mine = [j for j in w.users.get(d, ()) if j != skip and j in active]
+            extras = all(_holds(fn) for fn in w.extra.get(d, ()))
+            assert w._others_hold(d, skip, active) == (all(_holds(w.fns[j]) for j in mine) and extras)
+            held = [_holds(w.fns[j]) for j in mine]
+            assert w._broken(d, skip, active) == (None if None in held or not extras
+                                                  else [j for j, ok in zip(mine, held) if not ok])

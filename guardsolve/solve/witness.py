@@ -198,8 +198,18 @@ class Witnesses:
 
     def _others_hold(self, d: str, skip: int, active: set[int] | None) -> bool:
         """Do the formulas over `d` (in `active`, but not `skip`) and the extras hold here?"""
-        return all(_holds(self.fns[j]) for j in self.users.get(d, ()) if j != skip and (active is None or j in active)) \
-            and all(_holds(fn) for fn in self.extra.get(d, ()))
+        # NOTE: `_holds` inlined: this is the witness search's innermost loop
+        fns = self.fns
+        try:
+            for j in self.users.get(d, ()):
+                if j != skip and (active is None or j in active) and not fns[j]():
+                    return False
+            for fn in self.extra.get(d, ()):
+                if not fn():
+                    return False
+        except ZeroDivisionError:
+            return False
+        return True
 
     def _spread(self) -> None:
         """Move each dim away from the others while every constraint holds.
@@ -246,14 +256,17 @@ class Witnesses:
     def _broken(self, d: str, skip: int, active: set[int]) -> list[int] | None:
         """Active formulas over `d` (not `skip`) false here; None if an extra fails or one divides by 0."""
         out = []
-        for j in self.users.get(d, ()):
-            if j != skip and j in active:
-                ok = _holds(self.fns[j])
-                if ok is None:
-                    return None
-                if not ok:
+        fns = self.fns
+        try:  # NOTE: `_holds` inlined, as in `_others_hold`
+            for j in self.users.get(d, ()):
+                if j != skip and j in active and not fns[j]():
                     out.append(j)
-        return out if all(_holds(fn) for fn in self.extra.get(d, ())) else None
+            for fn in self.extra.get(d, ()):
+                if not fn():
+                    return None
+        except ZeroDivisionError:
+            return None
+        return out
 
     def _repair(self, i: int, d: str, broken: list[int], active: set[int]) -> bool:
         """Move one more dim (not `d`) so that the `broken` formulas hold again, `formulas[i]` still false."""
