@@ -8,7 +8,9 @@ with `requires_grad_(False)`; the forward input's tensors are traced, the rest c
 
 A sample is ok for guardsolve only when `trace` succeeds, the output equals eager (values
 are compared only when two seeded eager runs agree, so `empty` and random ops compare by
-shape and dtype), and `exactness_failures(..., count=6)` is empty. make_fx runs side by side
+shape and dtype), and `exactness_failures(..., count=6, meta_first=True)` is empty (shapes
+PyTorch's meta rules reject are not run eagerly: some eager kernels check less and write out of
+bounds). make_fx runs side by side
 on the same samples and the same closure (with `_allow_non_fake_inputs=True`, so that closed-over
 tensors such as module parameters are constants, as they are for guardsolve). Each op runs in
 a forked child, so a kernel that aborts the process counts as one crash for that op.
@@ -241,7 +243,7 @@ def check_guardsolve(sample: Sample, expected: Any, values: bool) -> tuple[str, 
     if why is not None:
         return "wrong", why
     try:
-        failures = exactness_failures(sample.fn, sample.inputs, count=6)
+        failures = exactness_failures(sample.fn, sample.inputs, count=6, meta_first=True)
     except Timeout as e:
         return "timeout", f"exactness {e}"
     except guardsolve.UnsupportedOpError as e:

@@ -203,11 +203,16 @@ def perturbed_inputs(rng: random.Random, inputs: tuple[Any, ...], count: int) ->
 
 
 def exactness_failures(fn: Callable[..., Any], inputs: tuple[Any, ...], *, count: int = 12,
-                       seed: int = 0) -> list[str]:
+                       seed: int = 0, meta_first: bool = False) -> list[str]:
     """Where `simplify(trace(fn, *inputs))` is not exact: shapes S (eager runs at S) at which
     `GuardSet.check(S)` differs from "re-tracing at S gives the same guard graph", i.e. the
     same bailouts (arithmetic nodes no bailout reads may differ: PyTorch computes some sizes
-    only on some paths)."""
+    only on some paths).
+
+    `meta_first` runs each variant under FakeTensorMode before eager and skips it where
+    PyTorch's meta rules reject its shapes: some eager kernels check less than their meta
+    rules (`aten.native_batch_norm` with running statistics of another size writes out of
+    bounds), and an arbitrary op's sizes must not crash the process that sweeps them."""
     from guardsolve.ir.printer import print_guards
     from guardsolve.solve.simplify import simplify
     from guardsolve.trace.tracer import trace
@@ -217,6 +222,8 @@ def exactness_failures(fn: Callable[..., Any], inputs: tuple[Any, ...], *, count
     reference = print_guards(t.guard_graph())
     failures: list[str] = []
     for variant in perturbed_inputs(random.Random(seed), inputs, count):
+        if meta_first and _meta_rejects(fn, variant):
+            continue
         try:
             fn(*variant)
         except Exception:
@@ -230,3 +237,30 @@ def exactness_failures(fn: Callable[..., Any], inputs: tuple[Any, ...], *, count
             shapes = [list(v.shape) if hasattr(v, "shape") else v for v in variant]
             failures.append(f"{shapes}: check says {accepted}, re-trace says {'same' if same else 'different'}")
     return failures
+
+
+def _meta_rejects(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> bool:
+    """Does `fn` fail at these shapes under FakeTensorMode with an error of its own (not one
+    that says FakeTensor cannot run an op, which tells nothing about the shapes)?"""
+    import logging
+
+    import torch
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode, UnsupportedOperatorException,
+    )
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)  # NOTE: FakeTensor logs every meta failure with its traceback
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fn(*[mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for v in inputs])
+    except (DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException,
+            GuardOnDataDependentSymNode, NotImplementedError):
+        return False
+    except Exception:
+        return True
+    finally:
+        log.setLevel(level)
+    return False

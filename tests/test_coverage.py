@@ -70,3 +70,21 @@ def test_full_sweep() -> None:
     fx = sum(r.fx for r in results)
     assert not [r for r in results if r.gs in ("wrong", "inexact")], sweep.failures_list(results)
     assert ok >= fx, sweep.tables(results)
+
+
+def test_meta_first_never_runs_eager_where_the_meta_rule_rejects_the_shapes() -> None:
+    """Eager `native_batch_norm` does not check its running statistics' size (it writes out of
+    bounds); the sweep's exactness check must not run it on perturbed sizes its meta rule rejects."""
+    from guardsolve.testing import exactness_failures
+
+    eager_shapes: list[tuple[int, int]] = []
+
+    def f(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        if type(x) is torch.Tensor:  # NOTE: an eager run (not traced, not under FakeTensorMode)
+            eager_shapes.append((x.shape[1], m.shape[0]))
+            if x.shape[1] != m.shape[0]:
+                raise RuntimeError("stand-in for the out-of-bounds write")  # NOTE: not run for real
+        return torch.ops.aten.native_batch_norm(x, None, None, m, m.abs() + 1, False, 0.1, 1e-5)[0]
+
+    assert exactness_failures(f, (torch.randn(2, 3, 4), torch.randn(3)), count=8, meta_first=True) == []
+    assert eager_shapes and all(a == b for a, b in eager_shapes), eager_shapes  # the variants that fit ran
