@@ -308,3 +308,17 @@ def test_inlined_truth_tests_read_as_holds_does_division_by_zero_too() -> None:
             held = [_holds(w.fns[j]) for j in mine]
             assert w._broken(d, skip, active) == (None if None in held or not extras
                                                   else [j for j, ok in zip(mine, held) if not ok])
+
+
+def test_cached_dims_and_texts_of_slotted_expressions_are_invisible_to_equality() -> None:
+    import pickle
+
+    x, y = V["x1"], V["x2"]
+    p = x * divide("mod", y, x + Poly.const(1)) + Poly.const(3)
+    fresh = x * divide("mod", y, x + Poly.const(1)) + Poly.const(3)
+    assert p.dims() == {"x1", "x2"} and p._dims_seen is not None and fresh._dims_seen is None
+    assert p == fresh and hash(p) == hash(fresh)  # NOTE: the cache is no part of the value
+    d = next(a for a in p.atoms() if not isinstance(a, str))
+    assert str(d) == "x2 % (x1 + 1)" and d._rendered == "x2 % (x1 + 1)"
+    f = rel("lt", p, y)
+    assert pickle.loads(pickle.dumps(f)) == f and not hasattr(f, "__dict__")

@@ -11,8 +11,8 @@ Rel(op='ne', poly=2*x - y)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import cached_property, reduce
+from dataclasses import dataclass, field
+from functools import reduce
 from typing import Callable, Iterable, Mapping, Union
 
 # An atom is a dim name or an opaque division term.
@@ -24,11 +24,13 @@ def atom_key(a: Atom) -> tuple[int, str]:
     return (0, a) if isinstance(a, str) else (1, str(a))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Poly:
     """An integer polynomial: a frozen mapping from monomials to non-zero coefficients."""
 
     terms: frozenset  # of (Monomial, int)
+    # NOTE: slotted (a large trace holds millions), with the dims it mentions cached in a slot
+    _dims_seen: tuple[str, ...] | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     @staticmethod
     def of(d: Mapping[Monomial, int]) -> "Poly":
@@ -93,17 +95,21 @@ class Poly:
         """Every dim mentioned, also inside opaque terms."""
         return set(self._dims)
 
-    @cached_property
+    @property
     def _dims(self) -> tuple[str, ...]:
         # NOTE: cached (a tuple: a third of a frozenset's memory): every stage asks which dims
         # an atom mentions, some several times
-        out: set[str] = set()
-        for a in self.atoms():
-            if isinstance(a, str):
-                out.add(a)
-            else:
-                out |= a.dims()
-        return tuple(out)
+        seen = self._dims_seen
+        if seen is None:
+            out: set[str] = set()
+            for a in self.atoms():
+                if isinstance(a, str):
+                    out.add(a)
+                else:
+                    out |= a.dims()
+            seen = tuple(out)
+            object.__setattr__(self, "_dims_seen", seen)
+        return seen
 
     def substitute(self, f: Callable[[str], "Poly"]) -> "Poly":
         return Poly.of(self._substituted(f))
@@ -148,13 +154,14 @@ def render_atom(a: Atom, key: Callable[[Atom], tuple] = atom_key) -> str:
     return a if isinstance(a, str) else f"({a.render(key)})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Div:
     """Opaque `num // den` (kind 'floordiv') or `num % den` (kind 'mod'), Python semantics."""
 
     kind: str
     num: Poly
     den: Poly
+    _rendered: str | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     def dims(self) -> set[str]:
         return self.num.dims() | self.den.dims()
@@ -166,9 +173,13 @@ class Div:
         sym = "//" if self.kind == "floordiv" else "%"
         return f"{_paren(self.num, key)} {sym} {_paren(self.den, key)}"
 
-    @cached_property
+    @property
     def _text(self) -> str:
-        return self.render()
+        text = self._rendered
+        if text is None:
+            text = self.render()
+            object.__setattr__(self, "_rendered", text)
+        return text
 
     def __str__(self) -> str:
         # NOTE: cached: atom_key orders terms by this text, and PyTorch's view rules nest
@@ -201,7 +212,7 @@ def divide(kind: str, num: Poly, den: Poly) -> Poly:
 # -- formulas -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Rel:
     """`poly op 0` with op in eq, ne, le."""
 
@@ -212,7 +223,7 @@ class Rel:
         return self.poly.dims()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Or:
     args: frozenset
 
@@ -220,7 +231,7 @@ class Or:
         return set().union(*(a.dims() for a in self.args))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class And:
     args: frozenset
 
@@ -228,7 +239,7 @@ class And:
         return set().union(*(a.dims() for a in self.args))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Const:
     value: bool
 

@@ -23,7 +23,7 @@ from guardsolve.ir.interp import RuleTable, interpret
 from guardsolve.ir.ops import Op
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Atom:
     """One normalized constraint and the graph nodes (indices) it stands for."""
 
