@@ -1,7 +1,7 @@
 """`simplify(graph)`: the minimal, provably equivalent guard set of a trace or guard graph.
 
-normalize -> union-find -> ordering layer -> z3 (per independent component). Each stage is
-sound on its own; together they leave a set where no constraint is implied by the others
+normalize -> independent parts (no dim shared), each on its own: union-find -> ordering layer
+-> z3 (per independent component). Each stage is sound on its own; together they leave a set where no constraint is implied by the others
 (and by `size >= 0`). For the notebook's `a + b` on two `[4]` tensors:
 
     assert not (a0 == 1)                 a0 == b0
