@@ -46,9 +46,10 @@ class ShapeRules(TorchDispatchMode):
 
     `rec` supplies the fresh sizes of ops whose output shape depends on tensor data."""
 
-    def __init__(self, rec: Recorder | None = None) -> None:
+    def __init__(self, rec: Recorder | None = None, tried: Any = None) -> None:
         super().__init__()
         self.rec = rec
+        self.tried = tried  # NOTE: the op whose fast path `shape_rule` already tried (once)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
@@ -66,9 +67,12 @@ class ShapeRules(TorchDispatchMode):
             rec = self.rec
             with self:
                 return data_shaped(lambda numel, pick: _unbacked(rec, func, numel, pick), *args, **kwargs)
-        out = _fast(func, args, kwargs)
-        if out is not None:
-            return out
+        if func is self.tried:
+            self.tried = None
+        else:
+            out = _fast(func, args, kwargs)
+            if out is not None:
+                return out
         check = _EAGER_CHECKS.get(func)
         if check is not None:
             check(*args, **kwargs)
@@ -401,7 +405,8 @@ def shape_rule(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], rec: Re
     out = _fast(func, args, kwargs)  # NOTE: the fast paths need no mode: no dispatch round trip
     if out is not None:
         return out
-    with enable_python_dispatcher(), ShapeRules(rec):
+    tried = func if func in _FAST_BINARY or func in _FAST_UNARY else None
+    with enable_python_dispatcher(), ShapeRules(rec, tried):
         return func(*args, **kwargs)
 
 

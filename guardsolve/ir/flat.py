@@ -68,8 +68,3 @@ def _build(it: Any, spec: Spec) -> Any:
     if t is dict:
         return dict(zip(keys, values))
     return t(values) if t is tuple else values
-
-
-def leaves_of(tree: Any) -> list[Any]:
-    """The leaves of `tree` alone."""
-    return flatten(tree)[0]
