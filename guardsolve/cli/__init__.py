@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show Python tracebacks on errors")
     common.add_argument("--timeout-ms", type=int, default=5000, help="per solver call (default 5000)")
+    common.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="processes for a large guard graph's independent parts (default: the cores "
+                             "this process may use, capped by GUARDSOLVE_JOBS; 1: this process only)")
 
     target = argparse.ArgumentParser(add_help=False)
     target.add_argument("target", help="path/to/script.py:fn, package.module:fn (a function, or an nn.Module "
@@ -115,7 +118,7 @@ def _report(args: argparse.Namespace) -> int:
 
     loaded = _load(args)
     t0 = time.perf_counter()
-    gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms)
+    gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms, jobs=args.jobs)
     seconds = time.perf_counter() - t0
     if args.verify:
         gs.verify(timeout_ms=args.timeout_ms)
@@ -149,7 +152,7 @@ def _check(args: argparse.Namespace) -> int:
     from guardsolve.solve.simplify import simplify
 
     loaded = _load(args)
-    gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms)
+    gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms, jobs=args.jobs)
     shapes = args.at + (args.shape if loaded.from_file else [])
     dims = new_dims(gs, args.dims, shapes)
     failed = gs.first_failure(dims)

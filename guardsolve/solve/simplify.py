@@ -13,6 +13,7 @@ normalize -> independent parts (no dim shared), each on its own: union-find -> o
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -24,12 +25,15 @@ from guardsolve.ir.graph import Graph
 from guardsolve.solve.constraint import Constraint, DimOrder, render_eq, render_formula, render_ne, render_order
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.bounded import INF, holds_on_box
+from guardsolve.solve.parallel import available_jobs, map_forked
 from guardsolve.solve.order import Z, OrderLayer, OrderResult, needs_solver
 from guardsolve.solve.smt import Contexts, reduce_component
 from guardsolve.solve.unify import Conflict, UnionFind
 from guardsolve.trace.gcpause import paused_gc
 
 DEFAULT_TIMEOUT_MS = 5000
+# Below this many atoms a graph simplifies in well under a second: forking costs more than it saves
+PARALLEL_MIN_ATOMS = 4000
 
 Prov = frozenset
 
@@ -498,24 +502,43 @@ def _shared_dims_components(dims: Sequence[Sequence[str]]) -> list[list[int]]:
     return list(groups.values())
 
 
-def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> GuardSet:
+class _SharedContexts:
+    """The z3 contexts of this process, made on first use (after a fork, the child's own)."""
+
+    def __init__(self, timeout_ms: int):
+        self.timeout_ms = timeout_ms
+        self._pid = -1
+        self._contexts: Contexts | None = None
+
+    def get(self) -> Contexts:
+        pid = os.getpid()
+        if self._contexts is None or pid != self._pid:
+            self._contexts, self._pid = Contexts(self.timeout_ms), pid
+        return self._contexts
+
+
+def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIMEOUT_MS,
+             jobs: int | None = None) -> GuardSet:
     """The minimal constraint set accepting exactly the inputs all bailouts accept.
 
     `graph` is a tensor trace, a guard graph (also one parsed from text), or a `Trace`.
-    Raises `UnsatisfiableGuardsError` when no input satisfies the guards.
+    Raises `UnsatisfiableGuardsError` when no input satisfies the guards. `jobs`: processes
+    for a large graph's independent parts (`solve.parallel`); None takes the cores this
+    process may use (`GUARDSOLVE_JOBS` caps them), 1 keeps to this process. Graphs under
+    `PARALLEL_MIN_ATOMS` atoms always stay in this process. The result does not depend on it.
     """
     from guardsolve.trace.tracer import Trace
 
     with paused_gc():
         # NOTE: a Trace carries the guard graph recorded while it ran; no need to replay it
         gg = graph.guard_graph() if isinstance(graph, Trace) else guard_graph(graph)
-        return _simplify(gg, verify, timeout_ms)
+        return _simplify(gg, verify, timeout_ms, jobs)
 
 
-def _simplify(gg: Graph, verify: bool, timeout_ms: int) -> GuardSet:
+def _simplify(gg: Graph, verify: bool, timeout_ms: int, jobs: int | None = 1) -> GuardSet:
     signature = gg.meta.get("signature")
     norm = normalize(gg, validate=False)  # NOTE: guard_graph() validated it
-    constraints, implied, undecided = _run(gg, norm, timeout_ms)
+    constraints, implied, undecided = _run(gg, norm, timeout_ms, jobs)
     gs = GuardSet(constraints, gg, norm.dims, norm.sizes, signature, implied, undecided,
                   tuple(norm.tautologies), tuple(norm.value_guards))
     if verify:
@@ -523,9 +546,10 @@ def _simplify(gg: Graph, verify: bool, timeout_ms: int) -> GuardSet:
     return gs
 
 
-def _run(gg: Graph, norm: Normalized, timeout_ms: int) -> tuple[list[Constraint], set[int], list[str]]:
+def _run(gg: Graph, norm: Normalized, timeout_ms: int, jobs: int | None = 1
+         ) -> tuple[list[Constraint], set[int], list[str]]:
     """`Simplifier.run` part by part (`parts`): each part goes round the stages only as often
-    as it needs, and over its own dims only.
+    as it needs, and over its own dims only; a large graph's parts on `jobs` processes.
 
     NOTE: unsatisfiable guards are named by the whole graph's run, as before: which
     contradiction is met first depends on the order of the whole.
@@ -534,13 +558,19 @@ def _run(gg: Graph, norm: Normalized, timeout_ms: int) -> tuple[list[Constraint]
     split = parts(norm) if all(a.formula.dims() for a in norm.atoms) else []
     if len(split) < 2:
         return Simplifier(gg, timeout_ms, norm, order).run()
-    contexts = Contexts(timeout_ms)
+    if jobs is None:
+        jobs = available_jobs() if len(norm.atoms) >= PARALLEL_MIN_ATOMS else 1
+    # NOTE: one `Contexts` per process; a forked child makes its own on first use
+    shared = _SharedContexts(timeout_ms)
+
+    def reduce(part: Normalized) -> tuple[list[Constraint], set[int], list[str]]:
+        return Simplifier(gg, timeout_ms, part, order, shared.get()).reduce()
+
     out: list[Constraint] = []
     implied: set[int] = set()
     undecided: list[str] = []
     try:
-        for part in split:
-            o, i, u = Simplifier(gg, timeout_ms, part, order, contexts).reduce()
+        for o, i, u in map_forked(reduce, split, jobs):
             out += o
             implied |= i
             undecided += u

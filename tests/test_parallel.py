@@ -1,0 +1,104 @@
+"""Independent parts on forked processes (`solve.parallel`): the same guard set as one process."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import guardsolve
+from guardsolve.errors import GuardsolveError, UnsatisfiableGuardsError
+from guardsolve.ir.ops import Op
+from guardsolve.solve import simplify as simplify_module
+from guardsolve.solve.parallel import available_jobs, can_fork, map_forked
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+from workloads import mixed_guard_graph, scale_guard_graph  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not can_fork(), reason="needs the fork start method")
+
+
+def _summary(gs: guardsolve.GuardSet) -> tuple:
+    return ([(c.text, sorted(c.prov)) for c in gs.constraints], sorted(gs.implied), list(gs.undecided))
+
+
+@pytest.mark.parametrize("make", [lambda: scale_guard_graph(3000, seed=3), lambda: mixed_guard_graph(600, seed=1)],
+                         ids=["scale", "mixed"])
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_forked_parts_give_the_sequential_result(make, jobs: int) -> None:
+    one = guardsolve.simplify(make(), jobs=1)
+    many = guardsolve.simplify(make(), jobs=jobs)
+    assert _summary(many) == _summary(one)
+    assert many.minimal
+
+
+def test_a_contradiction_in_a_forked_part_names_the_same_bailouts() -> None:
+    tests: list[str] = []
+
+    def contradictory():
+        g = scale_guard_graph(1000, seed=2)
+        # NOTE: in a part far from the first, so a child process meets it
+        five, six = g.emit(Op.INT_CONST, (), val=5), g.emit(Op.INT_CONST, (), val=6)
+        tests[:] = [g.emit(Op.INT_LE, ("g21_3", five)), g.emit(Op.INT_GE, ("g21_3", six))]
+        for t in tests:
+            g.emit(Op.BOOL_BAILOUT, (t,), expect=True)
+        return g
+
+    messages = []
+    for jobs in (1, 2):
+        with pytest.raises(UnsatisfiableGuardsError) as e:
+            guardsolve.simplify(contradictory(), jobs=jobs)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+    assert all(f"bool_bailout({t}, expect=True)" in messages[0] for t in tests)
+
+
+def test_small_graphs_stay_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[int] = []
+    real = simplify_module.map_forked
+
+    def spy(fn, items, jobs):
+        asked.append(jobs)
+        return real(fn, items, jobs)
+
+    monkeypatch.setattr(simplify_module, "map_forked", spy)
+    guardsolve.simplify(scale_guard_graph(300))
+    assert asked == [1]
+    monkeypatch.setenv("GUARDSOLVE_JOBS", "2")
+    big = scale_guard_graph(simplify_module.PARALLEL_MIN_ATOMS * 2)
+    guardsolve.simplify(big)
+    assert asked[-1] == min(2, available_jobs())
+
+
+def test_jobs_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GUARDSOLVE_JOBS", "1")
+    assert available_jobs() == 1
+    monkeypatch.setenv("GUARDSOLVE_JOBS", "many")
+    with pytest.raises(GuardsolveError, match="GUARDSOLVE_JOBS='many'"):
+        available_jobs()
+
+
+def test_results_come_back_in_item_order_and_errors_in_place() -> None:
+    pids = {pid for _, pid in map_forked(lambda x: (x, os.getpid()), list(range(7)), 3)}
+    assert len(pids) == 3 and os.getpid() in pids
+    assert [x for x, _ in map_forked(lambda x: (x, os.getpid()), list(range(7)), 3)] == list(range(7))
+
+    def fails_at(x: int) -> int:
+        if x in (4, 5):
+            raise ValueError(f"item {x}")
+        return x
+
+    with pytest.raises(ValueError, match="item 4"):  # NOTE: the first in item order, from a child
+        map_forked(fails_at, list(range(7)), 3)
+
+
+def test_a_worker_that_dies_is_named() -> None:
+    def dies_in_child(x: int) -> int:
+        if x == 1:
+            os._exit(3)
+        return x
+
+    with pytest.raises(GuardsolveError, match=r"worker process died \(exit code 3\)"):
+        map_forked(dies_in_child, [0, 1, 2, 3], 2)
