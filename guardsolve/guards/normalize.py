@@ -10,7 +10,7 @@ division contributes `divisor != 0` (the graph would raise otherwise). Tautologi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from guardsolve.errors import UnsatisfiableGuardsError
@@ -46,14 +46,28 @@ _DIVISIONS = frozenset({Op.INT_FLOORDIV, Op.INT_MOD})
 _OPAQUE = frozenset({Op.BOOL_OPAQUE, Op.VAR_TO_BOOL})
 
 
-def symbolic_rules() -> RuleTable:
-    """Rules over polynomials and formulas.
+@dataclass
+class Found:
+    """What `symbolic_rules` meets on its walk, in node order: each bailout's formula (as
+    expected: negated for `expect=False`), each division's divisor, the input dims."""
+
+    bailouts: list[Formula] = field(default_factory=list)
+    divisors: list[Poly] = field(default_factory=list)
+    dims: list[str] = field(default_factory=list)
+    sizes: set[str] = field(default_factory=set)
+
+
+def symbolic_rules(found: Found | None = None) -> RuleTable:
+    """Rules over polynomials and formulas; `found` collects bailouts, divisors and dims.
 
     NOTE: hash-consed: equal inputs give one shared result (a graph repeats `== 1` tests and
-    constants), so the repeats cost a lookup here and an identity test downstream.
+    constants), so the repeats cost a lookup here and an identity test downstream; a repeated
+    `expect=False` bailout negates its formula once.
     """
+    found = found if found is not None else Found()
     consts: dict[int, Poly] = {}
     compared: dict[tuple[str, Poly, Poly], Formula] = {}
+    negated: dict[Formula, Formula] = {}
 
     def const(*, val: int) -> Poly:
         p = consts.get(val)
@@ -70,21 +84,45 @@ def symbolic_rules() -> RuleTable:
             return f
         return rule
 
+    def bailout(b: Formula, *, expect: bool) -> Formula:
+        if not expect:
+            n = negated.get(b)
+            if n is None:
+                n = negated[b] = negate(b)
+            b = n
+        found.bailouts.append(b)
+        return b
+
+    def division(kind: str):  # type: ignore[no-untyped-def]
+        def rule(a: Poly, b: Poly) -> Poly:
+            found.divisors.append(b)
+            return divide(kind, a, b)
+        return rule
+
+    def placeholder(*, name: str) -> Poly:
+        found.dims.append(name)
+        found.sizes.add(name)
+        return Poly.var(name)
+
+    def arg(*, name: str) -> Poly:
+        found.dims.append(name)
+        return Poly.var(name)
+
     return RuleTable("symbolic", {
         Op.INT_CONST: const,
         Op.BOOL_CONST: lambda *, val: Const(val),
-        Op.INT_PLACEHOLDER: lambda *, name: Poly.var(name),
-        Op.INT_ARG: lambda *, name: Poly.var(name),
+        Op.INT_PLACEHOLDER: placeholder,
+        Op.INT_ARG: arg,
         Op.INT_ADD: lambda a, b: a + b,
         Op.INT_SUB: lambda a, b: a - b,
         Op.INT_MUL: lambda a, b: a * b,
-        Op.INT_FLOORDIV: lambda a, b: divide("floordiv", a, b),
-        Op.INT_MOD: lambda a, b: divide("mod", a, b),
+        Op.INT_FLOORDIV: division("floordiv"),
+        Op.INT_MOD: division("mod"),
         **{op: cmp(op.value[4:]) for op in (Op.INT_EQ, Op.INT_NE, Op.INT_LT, Op.INT_LE, Op.INT_GT, Op.INT_GE)},
         Op.BOOL_NOT: negate,
         Op.BOOL_AND: lambda a, b: conj([a, b]),
         Op.BOOL_OR: lambda a, b: disj([a, b]),
-        Op.BOOL_BAILOUT: lambda b, *, expect: b if expect else negate(b),
+        Op.BOOL_BAILOUT: bailout,
         # NOTE: data-dependent bailouts are set aside by `normalize`; this value is never used.
         Op.BOOL_OPAQUE: lambda *, name: TRUE,
     })
@@ -95,42 +133,33 @@ def normalize(graph: Graph, *, validate: bool = True) -> Normalized:
 
     `validate=False` skips re-checking a graph that `guard_graph` has just checked or built.
     """
-    env: dict[str, Any] = {}
-    interpret(graph, symbolic_rules(), env, validate=validate)  # type: ignore[arg-type]
+    found = Found()
+    interpret(graph, symbolic_rules(found), {}, validate=validate)
     nodes = graph.nodes
     # NOTE: a graph without data-dependent bools (the usual case) needs no taint scan
     values = value_bailouts(graph) if any(n.op in _OPAQUE for n in nodes) else set()
-    dims: list[str] = []
-    sizes: set[str] = set()
-    defined: list[tuple[Formula, int]] = []  # each division's `divisor != 0`, first
-    raw: list[tuple[Formula, int]] = []
-    for i, n in enumerate(nodes):
-        op = n.op
-        if op is Op.BOOL_BAILOUT:
-            if i not in values:
-                f = env[n.inputs[0]]
-                raw.append((f if n.params["expect"] else negate(f), i))
-        elif op in _DIVISIONS:
-            defined.append((normal(Rel("ne", env[n.inputs[1]])), i))
-        elif op is Op.INT_PLACEHOLDER or op is Op.INT_ARG:
-            dims.append(n.params["name"])
-            if op is Op.INT_PLACEHOLDER:
-                sizes.add(n.params["name"])
+    bailouts = [i for i, n in enumerate(nodes) if n.op is Op.BOOL_BAILOUT]
+    divisions = [i for i, n in enumerate(nodes) if n.op in _DIVISIONS] if found.divisors else []
+    # each division's `divisor != 0` first, then the bailouts, each in node order
+    raw: list[tuple[Formula, int]] = [(normal(Rel("ne", d)), i) for d, i in zip(found.divisors, divisions)]
+    raw += [(f, i) for f, i in zip(found.bailouts, bailouts) if i not in values] if values else \
+        list(zip(found.bailouts, bailouts))
     atoms: dict[Formula, set[int]] = {}
     tautologies: list[int] = []
-    for f, i in defined + raw:
-        if f == FALSE:
-            raise UnsatisfiableGuardsError([describe(graph, i)], "this guard can never hold")
-        if f == TRUE:
+    for f, i in raw:
+        if type(f) is Const:
+            if not f.value:
+                raise UnsatisfiableGuardsError([describe(graph, i)], "this guard can never hold")
             tautologies.append(i)
+            continue
         for c in conjuncts(f):
             s = atoms.get(c)
             if s is None:
                 atoms[c] = {i}
             else:
                 s.add(i)
-    return Normalized([Atom(f, frozenset(p)) for f, p in atoms.items()], dims, frozenset(sizes), tautologies,
-                      sorted(values))
+    return Normalized([Atom(f, frozenset(p)) for f, p in atoms.items()], found.dims, frozenset(found.sizes),
+                      tautologies, sorted(values))
 
 
 def describe(graph: Graph, i: int) -> str:
