@@ -337,9 +337,10 @@ def bench_check(calls: int) -> list[dict[str, Any]]:
 
 
 _SCALE_CHILD = """
-import json, resource, sys, time
+import hashlib, json, resource, sys, time
 sys.path.insert(0, {here!r})
 import guardsolve
+from guardsolve.solve.parallel import available_jobs
 from workloads import scale_guard_graph
 
 
@@ -356,23 +357,35 @@ def peak_mb():
 g = scale_guard_graph({n})
 before = peak_mb()
 t0 = time.perf_counter()
-gs = guardsolve.simplify(g)
+gs = guardsolve.simplify(g, jobs={jobs})
 t = time.perf_counter() - t0
+# NOTE: the forked workers' largest peak (their pages shared with this process counted too)
+workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 print(json.dumps({{"n": {n}, "bailouts": len(g.bailouts()), "t": t, "guards": len(gs), "minimal": gs.minimal,
-                  "peak_mb": peak_mb(), "graph_mb": before}}))
+                  "peak_mb": peak_mb(), "graph_mb": before, "worker_mb": workers,
+                  "jobs": {jobs} or (available_jobs() if workers else 1),
+                  "text": hashlib.sha256("\\n".join(map(str, gs.constraints)).encode()).hexdigest()}}))
 """
 
 
 def bench_scale(sizes: list[int]) -> list[dict[str, Any]]:
-    """Each size in a fresh process, so peak memory (max RSS) is its own."""
+    """Each size in a fresh process, so peak memory (max RSS) is its own: simplify on every core
+    this process may use (the default), then in one process (`jobs=1`), side by side."""
     import json
     import subprocess
 
+    def run(n: int, jobs: int | None) -> dict[str, Any]:
+        out = subprocess.run([sys.executable, "-c", _SCALE_CHILD.format(here=HERE, n=n, jobs=jobs)],
+                             capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
     rows = []
     for n in sizes:
-        out = subprocess.run([sys.executable, "-c", _SCALE_CHILD.format(here=HERE, n=n)], capture_output=True,
-                             text=True, check=True)
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        row = run(n, None)
+        one = run(n, 1)
+        assert one["text"] == row["text"], f"scale-{n}: one process and {row['jobs']} gave different guards"
+        row["t_one"], row["peak_one_mb"] = one["t"], one["peak_mb"]
+        rows.append(row)
         print(f"  scale-{n}: done", file=sys.stderr)
     return rows
 
@@ -455,9 +468,12 @@ def check_table(checks: list) -> list[str]:
 
 def scale_table(scale: list) -> list[str]:
     return table("scale: simplify on generated guard graphs mixing every constraint kind",
-                 ["bailouts", "time", "peak RSS (process, incl. the input graph)", "RSS before simplify", "guards",
-                  "minimal", "time ratio vs previous"],
-                 [[r["bailouts"], fmt(r["t"]), f"{r['peak_mb']:.0f} MiB", f"{r['graph_mb']:.0f} MiB", r["guards"],
+                 ["bailouts", "processes", "time", "peak RSS (process, incl. the input graph)",
+                  "largest worker's peak RSS (pages shared with the process counted too)", "RSS before simplify",
+                  "one process: time", "one process: peak RSS", "guards", "minimal", "time ratio vs previous"],
+                 [[r["bailouts"], r["jobs"], fmt(r["t"]), f"{r['peak_mb']:.0f} MiB",
+                   f"{r['worker_mb']:.0f} MiB" if r["jobs"] > 1 else "—", f"{r['graph_mb']:.0f} MiB",
+                   fmt(r["t_one"]), f"{r['peak_one_mb']:.0f} MiB", r["guards"],
                    r["minimal"], ratio(r["t"], prev["t"]) if prev else "—"]
                   for prev, r in zip([None] + scale[:-1], scale)])
 
@@ -501,8 +517,12 @@ def targets(mixed: list, chains: list, checks: list, scale: list, real: list) ->
         if 90_000 <= r["bailouts"] < 200_000:
             mark(r["t"] <= 5, f"scale {r['bailouts']}: simplify ≤ 5 s ({fmt(r['t'])})")
         if r["bailouts"] >= 900_000:
-            mark(r["t"] <= 60 and r["peak_mb"] <= 1536,
-                 f"scale {r['bailouts']}: simplify ≤ 60 s ({fmt(r['t'])}) with peak RSS ≤ 1.5 GB ({r['peak_mb']:.0f} MiB)")
+            # NOTE: the memory of every process counts: the process's peak plus the largest worker's
+            # (an over-count: the pages they share are counted twice)
+            total = r["peak_mb"] + (r["worker_mb"] if r["jobs"] > 1 else 0)
+            mark(r["t"] <= 60 and total <= 1536,
+                 f"scale {r['bailouts']}: simplify ≤ 60 s ({fmt(r['t'])}) with peak RSS ≤ 1.5 GB "
+                 f"({total:.0f} MiB over all processes)")
     return out
 
 
