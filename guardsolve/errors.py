@@ -9,7 +9,26 @@ if TYPE_CHECKING:
 
 
 class GuardsolveError(Exception):
-    """Base class of every error guardsolve raises on purpose."""
+    """Base class of every error guardsolve raises on purpose.
+
+    Pickles as it is (its message and attributes; no `__init__` is re-run), so an error met in
+    a worker process (`solve.parallel`) is raised by the parent unchanged:
+
+    >>> import pickle
+    >>> e = pickle.loads(pickle.dumps(UnsatisfiableGuardsError(["`a`", "`b`"], "they clash")))
+    >>> e.conflict, str(e)
+    (('`a`', '`b`'), 'unsatisfiable guards: `a` and `b` (they clash)')
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(cls: type[GuardsolveError], args: tuple[Any, ...], state: dict[str, Any]) -> GuardsolveError:
+    e = Exception.__new__(cls)
+    e.args = args
+    e.__dict__.update(state)
+    return e
 
 
 # -- graphs -------------------------------------------------------------------

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import guardsolve
+from guardsolve.cli import main
 from guardsolve.errors import GuardsolveError, UnsatisfiableGuardsError
 from guardsolve.ir.ops import Op
 from guardsolve.solve import simplify as simplify_module
@@ -72,12 +73,25 @@ def test_small_graphs_stay_in_this_process(monkeypatch: pytest.MonkeyPatch) -> N
     assert asked[-1] == min(2, available_jobs())
 
 
-def test_jobs_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jobs_from_the_environment_and_bad_counts(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(Path(__file__).parents[1])
     monkeypatch.setenv("GUARDSOLVE_JOBS", "1")
     assert available_jobs() == 1
     monkeypatch.setenv("GUARDSOLVE_JOBS", "many")
     with pytest.raises(GuardsolveError, match="GUARDSOLVE_JOBS='many'"):
-        available_jobs()
+        guardsolve.simplify(scale_guard_graph(30))  # NOTE: named on a graph too small to fork for
+    assert main(["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "GUARDSOLVE_JOBS='many'" in err
+    monkeypatch.delenv("GUARDSOLVE_JOBS")
+    for bad in (0, -2, 1.5):
+        with pytest.raises(GuardsolveError, match=f"jobs={bad}"):
+            guardsolve.simplify(scale_guard_graph(30), jobs=bad)  # type: ignore[arg-type]
+    assert main(["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--jobs", "0"]) == 2
+    assert "jobs=0" in capsys.readouterr().err
+    assert main(["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--jobs", "2"]) == 0
+    assert "a0 == b0" in capsys.readouterr().out
 
 
 def test_results_come_back_in_item_order_and_errors_in_place() -> None:
@@ -102,3 +116,19 @@ def test_a_worker_that_dies_is_named() -> None:
 
     with pytest.raises(GuardsolveError, match=r"worker process died \(exit code 3\)"):
         map_forked(dies_in_child, [0, 1, 2, 3], 2)
+
+
+def test_an_unpicklable_error_or_result_comes_back_as_its_text() -> None:
+    class Local(Exception):  # NOTE: a local class does not pickle
+        pass
+
+    def odd(x: int) -> object:
+        if x == 3:
+            raise Local("met at 3")
+        return (lambda: x) if x == 5 else x
+
+    with pytest.raises(GuardsolveError, match="Local: met at 3"):
+        map_forked(odd, list(range(6)), 2)
+    with pytest.raises(GuardsolveError, match="could not send its result back"):
+        map_forked(odd, [0, 5, 2], 2)
+    assert map_forked(odd, [0, 1, 2, 4], 2) == [0, 1, 2, 4]

@@ -31,9 +31,12 @@ class DimOrder:
         return self.key(x) <= self.key(y)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Constraint:
-    """One minimal guard: its kind, its formula over dims, its text and the nodes it stands for."""
+    """One minimal guard: its kind, its formula over dims, its text and the nodes it stands for.
+
+    Slotted: a large graph keeps hundreds of thousands.
+    """
 
     kind: str  # eq | order | ne | general
     formula: Formula

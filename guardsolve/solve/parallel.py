@@ -65,14 +65,25 @@ def _share(fn: Callable[[T], R], items: Sequence[T], k: int, jobs: int) -> list[
     return out
 
 
+def _portable(r: object) -> object:
+    """`r` if it pickles; else a `GuardsolveError` carrying its text (a z3 object in an
+    exception's attributes, say)."""
+    try:
+        pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL)
+        return r
+    except Exception as e:
+        if isinstance(r, _Failed):
+            return _Failed(GuardsolveError(f"{type(r.error).__name__}: {r.error}"))
+        return _Failed(GuardsolveError(f"a worker process could not send its result back: {type(e).__name__}: {e}"))
+
+
 def _child(conn: "multiprocessing.connection.Connection", fn: Callable[[T], R], items: Sequence[T], k: int,
            jobs: int) -> None:
-    results = _share(fn, items, k, jobs)
+    results: list = _share(fn, items, k, jobs)
     try:
         data = pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as e:  # NOTE: an unpicklable exception: its text still names the fault
-        data = pickle.dumps([_Failed(GuardsolveError(f"a worker process failed: {type(e).__name__}: {e}"))] *
-                            len(results))
+    except Exception:  # NOTE: only the items that do not pickle lose their value
+        data = pickle.dumps([_portable(r) for r in results], protocol=pickle.HIGHEST_PROTOCOL)
     conn.send_bytes(data)
     conn.close()
 
@@ -98,8 +109,9 @@ def map_forked(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> list[R]:
         p.start()
         send.close()
         children.append((k, p, recv))
-    shares: dict[int, list[R | _Failed]] = {0: _share(fn, items, 0, jobs)}
+    shares: dict[int, list[R | _Failed]] = {}
     try:
+        shares[0] = _share(fn, items, 0, jobs)
         for k, p, recv in children:
             try:
                 shares[k] = pickle.loads(recv.recv_bytes())
@@ -107,11 +119,15 @@ def map_forked(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> list[R]:
                 p.join()
                 raise GuardsolveError(f"a worker process died (exit code {p.exitcode}) before sending its "
                                       f"results; set GUARDSOLVE_JOBS=1 to simplify in this process") from None
-            finally:
-                recv.close()
-    finally:
+    except BaseException:
+        # NOTE: interrupted (or a child died): the others may be blocked on a full pipe
         for _, p, _ in children:
+            p.terminate()
+        raise
+    finally:
+        for _, p, recv in children:
             p.join()
+            recv.close()
     out: list[R] = []
     for i in range(len(items)):
         r = shares[i % jobs][i // jobs]

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from guardsolve.errors import UnsatisfiableGuardsError
+from guardsolve.errors import GuardsolveError, UnsatisfiableGuardsError
 from guardsolve.guards.expr import FALSE, TRUE, Formula, Poly, Rel, cancel, conjuncts, substitute
 from guardsolve.guards.normalize import Atom, Normalized, describe, normalize
 from guardsolve.guards.shape import guard_graph
@@ -529,16 +529,20 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
     """
     from guardsolve.trace.tracer import Trace
 
+    if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
+        raise GuardsolveError(f"jobs={jobs!r}: give a number of processes, at least 1 (or None for every core)")
+    # NOTE: read (and checked) on every call, so a bad GUARDSOLVE_JOBS is named on a small graph too
+    cap = available_jobs() if jobs is None else jobs
     with paused_gc():
         # NOTE: a Trace carries the guard graph recorded while it ran; no need to replay it
         gg = graph.guard_graph() if isinstance(graph, Trace) else guard_graph(graph)
-        return _simplify(gg, verify, timeout_ms, jobs)
+        return _simplify(gg, verify, timeout_ms, cap, auto=jobs is None)
 
 
-def _simplify(gg: Graph, verify: bool, timeout_ms: int, jobs: int | None = 1) -> GuardSet:
+def _simplify(gg: Graph, verify: bool, timeout_ms: int, jobs: int = 1, *, auto: bool = False) -> GuardSet:
     signature = gg.meta.get("signature")
     norm = normalize(gg, validate=False)  # NOTE: guard_graph() validated it
-    constraints, implied, undecided = _run(gg, norm, timeout_ms, jobs)
+    constraints, implied, undecided = _run(gg, norm, timeout_ms, jobs, auto=auto)
     gs = GuardSet(constraints, gg, norm.dims, norm.sizes, signature, implied, undecided,
                   tuple(norm.tautologies), tuple(norm.value_guards))
     if verify:
@@ -546,10 +550,11 @@ def _simplify(gg: Graph, verify: bool, timeout_ms: int, jobs: int | None = 1) ->
     return gs
 
 
-def _run(gg: Graph, norm: Normalized, timeout_ms: int, jobs: int | None = 1
+def _run(gg: Graph, norm: Normalized, timeout_ms: int, jobs: int = 1, *, auto: bool = False
          ) -> tuple[list[Constraint], set[int], list[str]]:
     """`Simplifier.run` part by part (`parts`): each part goes round the stages only as often
-    as it needs, and over its own dims only; a large graph's parts on `jobs` processes.
+    as it needs, and over its own dims only; the parts on up to `jobs` processes (`auto`: only
+    from `PARALLEL_MIN_ATOMS` atoms on).
 
     NOTE: unsatisfiable guards are named by the whole graph's run, as before: which
     contradiction is met first depends on the order of the whole.
@@ -558,8 +563,8 @@ def _run(gg: Graph, norm: Normalized, timeout_ms: int, jobs: int | None = 1
     split = parts(norm) if all(a.formula.dims() for a in norm.atoms) else []
     if len(split) < 2:
         return Simplifier(gg, timeout_ms, norm, order).run()
-    if jobs is None:
-        jobs = available_jobs() if len(norm.atoms) >= PARALLEL_MIN_ATOMS else 1
+    if auto and len(norm.atoms) < PARALLEL_MIN_ATOMS:
+        jobs = 1
     # NOTE: one `Contexts` per process; a forked child makes its own on first use
     shared = _SharedContexts(timeout_ms)
 
