@@ -187,15 +187,36 @@ class Graph:
                     raise DuplicateNameError(f"name {o!r} is already defined by node {defined_at[o]}", n, i)
                 defined_at[o] = i
         types: dict[str, Type] = {}
+        # NOTE: the params objects found right for an op, by identity: constants and bailouts
+        # share a few (`emit`), so most nodes skip the per-param checks; held, so ids stay theirs
+        fine: dict[tuple[Op, int], Mapping[str, Any]] = {}
+        plain = _PLAIN
         for i, n in enumerate(self.nodes):
-            if not _plain_ok(n, types):
-                types.update(_check_node(n, i, types, defined_at))  # NOTE: in full; it names the fault
-            elif n.outputs:
-                types[n.outputs[0]] = SPECS[n.op].result  # type: ignore[assignment]
+            op = n.op
+            shape = plain.get(op)  # type: ignore[call-overload]
+            if shape is not None:
+                inputs, params, outputs = shape
+                ok = len(n.inputs) == len(inputs) and len(n.outputs) == outputs
+                if ok:
+                    for name, typ in zip(n.inputs, inputs):
+                        if types.get(name) is not typ:
+                            ok = False
+                            break
+                if ok:
+                    key = (op, id(n.params))
+                    if key not in fine:
+                        ok = _params_ok(n.params, params)
+                        if ok:
+                            fine[key] = n.params
+                if ok:
+                    if outputs:
+                        types[n.outputs[0]] = SPECS[op].result  # type: ignore[assignment]
+                    continue
+            types.update(_check_node(n, i, types, defined_at))  # NOTE: in full; it names the fault
         return types
 
 
-# op -> (input types, params, outputs) of the ops `_plain_ok` checks: no variadic or optional part
+# op -> (input types, params, outputs) of the ops `validate` checks quickly: no variadic or optional part
 _PLAIN: Mapping[Op, tuple[tuple[Type, ...], Mapping[str, type], int]] = MappingProxyType({
     op: (tuple(spec.inputs), MappingProxyType(dict(spec.params)), 0 if spec.result is None else 1)
     for op, spec in SPECS.items()
@@ -222,23 +243,12 @@ def _param_ok(v: Any, t: type) -> bool:
     return type(v) is t
 
 
-def _plain_ok(n: Node, types: Mapping[str, Type]) -> bool:
-    """The common case of `_check_node`, quickly: an int/bool op with fixed inputs of the right
-    types, exactly its params (of the right types), one output if it has a result. False
-    means "check it in full", not "invalid"."""
-    shape = _PLAIN.get(n.op)  # type: ignore[call-overload]
-    if shape is None:
+def _params_ok(given: Mapping[str, Any], params: Mapping[str, type]) -> bool:
+    """Exactly the op's params, each of its type (the common case of `_check_node`, quickly).
+    False means "check the node in full", not "invalid"."""
+    if given.keys() != params.keys():
         return False
-    inputs, params, outputs = shape
-    if len(n.inputs) != len(inputs) or len(n.outputs) != outputs or n.params.keys() != params.keys():
-        return False
-    for name, typ in zip(n.inputs, inputs):
-        if types.get(name) is not typ:
-            return False
-    for k, v in n.params.items():
-        if not _param_ok(v, params[k]):
-            return False
-    return True
+    return all(_param_ok(v, params[k]) for k, v in given.items())
 
 
 def _check_node(n: Node, i: int, types: Mapping[str, Type], defined_at: Mapping[str, int]) -> dict[str, Type]:
