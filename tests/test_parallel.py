@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import pickle
 import sys
 from pathlib import Path
+
+from typing import Any
 
 import pytest
 
@@ -13,7 +17,7 @@ from guardsolve.cli import main
 from guardsolve.errors import GuardsolveError, UnsatisfiableGuardsError
 from guardsolve.ir.ops import Op
 from guardsolve.solve import simplify as simplify_module
-from guardsolve.solve.parallel import available_jobs, can_fork, map_forked
+from guardsolve.solve.parallel import _child, available_jobs, can_fork, map_forked
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 from workloads import mixed_guard_graph, scale_guard_graph  # noqa: E402
@@ -94,28 +98,42 @@ def test_jobs_from_the_environment_and_bad_counts(monkeypatch: pytest.MonkeyPatc
     assert "a0 == b0" in capsys.readouterr().out
 
 
+def _in_child(event: Any) -> bool:
+    """In a forked child: say so and return True. In the parent: wait until a child has
+    taken an item (so the children's path is exercised whatever the machine's load), False."""
+    if multiprocessing.parent_process() is not None:
+        event.set()
+        return True
+    assert event.wait(30), "no child process took an item"
+    return False
+
+
 def test_results_come_back_in_item_order_and_errors_in_place() -> None:
-    pids = {pid for _, pid in map_forked(lambda x: (x, os.getpid()), list(range(7)), 3)}
-    assert len(pids) == 3 and os.getpid() in pids
-    assert [x for x, _ in map_forked(lambda x: (x, os.getpid()), list(range(7)), 3)] == list(range(7))
+    event = multiprocessing.get_context("fork").Event()
+    got = map_forked(lambda x: (x, _in_child(event)), list(range(7)), 3, chunk=1)
+    assert [x for x, _ in got] == list(range(7))
+    assert any(child for _, child in got)
+    assert map_forked(lambda x: x + 1, list(range(100)), 2) == list(range(1, 101))  # NOTE: default chunks
 
     def fails_at(x: int) -> int:
         if x in (4, 5):
             raise ValueError(f"item {x}")
         return x
 
-    with pytest.raises(ValueError, match="item 4"):  # NOTE: the first in item order, from a child
-        map_forked(fails_at, list(range(7)), 3)
+    with pytest.raises(ValueError, match="item 4"):  # NOTE: the first in item order, whoever met it
+        map_forked(fails_at, list(range(7)), 3, chunk=1)
 
 
 def test_a_worker_that_dies_is_named() -> None:
+    event = multiprocessing.get_context("fork").Event()
+
     def dies_in_child(x: int) -> int:
-        if x == 1:
+        if _in_child(event):
             os._exit(3)
         return x
 
     with pytest.raises(GuardsolveError, match=r"worker process died \(exit code 3\)"):
-        map_forked(dies_in_child, [0, 1, 2, 3], 2)
+        map_forked(dies_in_child, [0, 1, 2, 3], 2, chunk=1)
 
 
 def test_an_unpicklable_error_or_result_comes_back_as_its_text() -> None:
@@ -127,8 +145,13 @@ def test_an_unpicklable_error_or_result_comes_back_as_its_text() -> None:
             raise Local("met at 3")
         return (lambda: x) if x == 5 else x
 
-    with pytest.raises(GuardsolveError, match="Local: met at 3"):
-        map_forked(odd, list(range(6)), 2)
-    with pytest.raises(GuardsolveError, match="could not send its result back"):
-        map_forked(odd, [0, 5, 2], 2)
-    assert map_forked(odd, [0, 1, 2, 4], 2) == [0, 1, 2, 4]
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    _child(send, odd, list(range(7)), ctx.Value("q", 0), 2)  # NOTE: a child's path, in this process
+    done = dict(pickle.loads(recv.recv_bytes()))
+    assert sorted(done) == [0, 2, 4, 6]
+    assert done[0] == [0, 1] and done[6] == [6]
+    failed = done[2][1], done[4][1]
+    assert [type(f.error).__name__ for f in failed] == ["GuardsolveError", "GuardsolveError"]
+    assert str(failed[0].error) == "Local: met at 3"
+    assert "could not send its result back" in str(failed[1].error)

@@ -3,11 +3,13 @@
 simplify's parts share no dim, so each reduces alone (`simplify._run`). On a graph with
 thousands of parts the reduction is most of the time, and it spreads over cores: the parent
 forks `jobs - 1` children, which read the parts from the parent's memory (copy on write,
-nothing pickled on the way in), each takes every `jobs`-th item, and sends its results back
-through a pipe. The parent does its own share meanwhile.
+nothing pickled on the way in). Every process, the parent too, takes the next chunk of items
+from a shared counter whenever it is free, so a slower process takes fewer; the children send
+their results back through pipes.
 
-    items  p0 p1 p2 p3 p4 p5          jobs=2:  parent p0 p2 p4,  child p1 p3 p5
-    result r0 r1 r2 r3 r4 r5                   (merged back in item order)
+    items  p0 p1 p2 p3 p4 p5 p6 p7    jobs=2, chunks of 2:  parent p0 p1 p4 p5 p6 p7
+    result r0 r1 r2 r3 r4 r5 r6 r7                          child  p2 p3 (a slow part)
+                                                            (merged back in item order)
 
 Each item's exception comes back in place of its result and is raised where the sequential
 loop would raise it: the first failing item in item order. Where forking is unavailable
@@ -19,12 +21,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
-from typing import Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from guardsolve.errors import GuardsolveError
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+Done = list[tuple[int, list[Any]]]  # (first item, results of its chunk) per chunk taken
 
 
 def available_jobs() -> int:
@@ -55,14 +59,22 @@ class _Failed:
         self.error = error
 
 
-def _share(fn: Callable[[T], R], items: Sequence[T], k: int, jobs: int) -> list[R | _Failed]:
-    out: list[R | _Failed] = []
-    for x in items[k::jobs]:
-        try:
-            out.append(fn(x))
-        except Exception as e:  # NOTE: raised by the parent, in item order
-            out.append(_Failed(e))
-    return out
+def _work(fn: Callable[[T], R], items: Sequence[T], counter: Any, chunk: int) -> Done:
+    """Take chunks from the shared counter until none is left; each item's result or failure."""
+    done: Done = []
+    while True:
+        with counter.get_lock():
+            start = counter.value
+            counter.value = start + chunk
+        if start >= len(items):
+            return done
+        out: list[Any] = []
+        for x in items[start:start + chunk]:
+            try:
+                out.append(fn(x))
+            except Exception as e:  # NOTE: raised by the parent, in item order
+                out.append(_Failed(e))
+        done.append((start, out))
 
 
 def _portable(r: object) -> object:
@@ -77,23 +89,25 @@ def _portable(r: object) -> object:
         return _Failed(GuardsolveError(f"a worker process could not send its result back: {type(e).__name__}: {e}"))
 
 
-def _child(conn: "multiprocessing.connection.Connection", fn: Callable[[T], R], items: Sequence[T], k: int,
-           jobs: int) -> None:
-    results: list = _share(fn, items, k, jobs)
+def _child(conn: "multiprocessing.connection.Connection", fn: Callable[[T], R], items: Sequence[T],
+           counter: Any, chunk: int) -> None:
+    done = _work(fn, items, counter, chunk)
     try:
-        data = pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # NOTE: only the items that do not pickle lose their value
-        data = pickle.dumps([_portable(r) for r in results], protocol=pickle.HIGHEST_PROTOCOL)
+        done = [(start, [_portable(r) for r in out]) for start, out in done]
+        data = pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL)
     conn.send_bytes(data)
     conn.close()
 
 
-def map_forked(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> list[R]:
-    """`[fn(x) for x in items]`, on up to `jobs` processes (this one included).
+def map_forked(fn: Callable[[T], R], items: Sequence[T], jobs: int, chunk: int | None = None) -> list[R]:
+    """`[fn(x) for x in items]`, on up to `jobs` processes (this one included), `chunk` items
+    at a time (default: about 16 chunks per process, at most 32 items each).
 
-    >>> map_forked(lambda x: x * x, [1, 2, 3, 4, 5], jobs=2)
+    >>> map_forked(lambda x: x * x, [1, 2, 3, 4, 5], jobs=2, chunk=1)
     [1, 4, 9, 16, 25]
-    >>> map_forked(lambda x: 10 // x, [1, 0, 2], jobs=2)
+    >>> map_forked(lambda x: 10 // x, [1, 0, 2], jobs=2, chunk=1)
     Traceback (most recent call last):
     ...
     ZeroDivisionError: integer division or modulo by zero
@@ -101,37 +115,39 @@ def map_forked(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> list[R]:
     jobs = max(1, min(jobs, len(items)))
     if jobs == 1 or not can_fork():
         return [fn(x) for x in items]
+    chunk = chunk if chunk is not None else max(1, min(32, len(items) // (16 * jobs)))
     ctx = multiprocessing.get_context("fork")
+    counter = ctx.Value("q", 0)  # NOTE: the next item nobody has taken, in shared memory
     children = []
-    for k in range(1, jobs):
+    for _ in range(1, jobs):
         recv, send = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_child, args=(send, fn, items, k, jobs), daemon=True)
+        p = ctx.Process(target=_child, args=(send, fn, items, counter, chunk), daemon=True)
         p.start()
         send.close()
-        children.append((k, p, recv))
-    shares: dict[int, list[R | _Failed]] = {}
+        children.append((p, recv))
+    done: Done = []
     try:
-        shares[0] = _share(fn, items, 0, jobs)
-        for k, p, recv in children:
+        done += _work(fn, items, counter, chunk)
+        for p, recv in children:
             try:
-                shares[k] = pickle.loads(recv.recv_bytes())
+                done += pickle.loads(recv.recv_bytes())
             except EOFError:
                 p.join()
                 raise GuardsolveError(f"a worker process died (exit code {p.exitcode}) before sending its "
                                       f"results; set GUARDSOLVE_JOBS=1 to simplify in this process") from None
     except BaseException:
         # NOTE: interrupted (or a child died): the others may be blocked on a full pipe
-        for _, p, _ in children:
+        for p, _ in children:
             p.terminate()
         raise
     finally:
-        for _, p, recv in children:
+        for p, recv in children:
             p.join()
             recv.close()
-    out: list[R] = []
-    for i in range(len(items)):
-        r = shares[i % jobs][i // jobs]
+    results: list[Any] = [None] * len(items)
+    for start, out in done:
+        results[start:start + len(out)] = out
+    for r in results:
         if isinstance(r, _Failed):
             raise r.error
-        out.append(r)
-    return out
+    return results
