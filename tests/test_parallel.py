@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import random
+import re
 import sys
 from pathlib import Path
 
@@ -15,9 +17,11 @@ import pytest
 import guardsolve
 from guardsolve.cli import main
 from guardsolve.errors import GuardsolveError, UnsatisfiableGuardsError
+from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.solve import simplify as simplify_module
 from guardsolve.solve.parallel import _child, available_jobs, can_fork, map_forked
+from guardsolve.testing import accepts, random_guard_graph
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 from workloads import mixed_guard_graph, scale_guard_graph  # noqa: E402
@@ -155,3 +159,45 @@ def test_an_unpicklable_error_or_result_comes_back_as_its_text() -> None:
     assert [type(f.error).__name__ for f in failed] == ["GuardsolveError", "GuardsolveError"]
     assert str(failed[0].error) == "Local: met at 3"
     assert "could not send its result back" in str(failed[1].error)
+
+
+def _many_parts(seed: int, count: int) -> Graph:
+    """`count` random guard graphs side by side, each over its own dims (`p3_a0`, ...)."""
+    rng = random.Random(seed)
+    texts, dims = [], {}
+    for k in range(count):
+        g = random_guard_graph(rng, n_bailouts=rng.randint(3, 12), tensors=rng.randint(1, 3), int_args=1,
+                               nonlinear=k % 2 == 0, signed=k % 3 == 1)
+        rename = lambda m: f"p{k}_{m.group(0)}"  # noqa: E731
+        texts.append(re.sub(r"\b[a-z]\d+\b", rename, str(g)))
+        dims.update({f"p{k}_{d}": v for d, v in g.meta["trace_dims"].items()})
+    out = Graph.parse("\n".join(texts))
+    out.meta["trace_dims"] = dims
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_forked_parts_of_random_graphs_agree_with_the_oracle(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    g = _many_parts(seed, 10)
+    one = guardsolve.simplify(g, jobs=1)
+    asked: list[tuple[int, int]] = []
+    real = simplify_module.map_forked
+
+    def spy(fn, items, jobs):
+        asked.append((len(items), jobs))
+        return real(fn, items, jobs, chunk=1)
+
+    monkeypatch.setattr(simplify_module, "map_forked", spy)
+    many = guardsolve.simplify(g, jobs=2)
+    assert asked and asked[0][0] >= 8 and asked[0][1] == 2  # NOTE: the forked path, with parts to share
+    assert _summary(many) == _summary(one)
+    rng = random.Random(seed)
+    base = g.meta["trace_dims"]
+    envs = [dict(base)] + [{d: (v if rng.random() < 0.7 else rng.randint(0, 7)) if not d.split("_")[1].startswith("n")
+                            else rng.randint(-6, 6) for d, v in base.items()} for _ in range(150)]
+    verdicts = [accepts(g, env) for env in envs]
+    assert [many.check_dims(env) for env in envs] == verdicts
+    assert verdicts[0] and not all(verdicts)
+    if seed < 2:
+        cert = many.verify()
+        assert cert.equivalent and cert.irredundant
