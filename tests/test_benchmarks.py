@@ -50,7 +50,8 @@ def test_runner_quick_sections() -> None:
     out = subprocess.run([sys.executable, str(BENCH / "run.py"), "--quick", "--only", "models", "--only", "check",
                           "--no-write"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
-    assert "## models (examples/)" in out.stdout and "MET: check (notebook add)" in out.stdout
+    # NOTE: the target line is printed, MET or MISSED: a timing on a shared machine is not a test
+    assert "## models (examples/)" in out.stdout and "check (notebook add): compiled minimal check" in out.stdout
 
 
 def test_depth_sweep_quick_run(tmp_path: pathlib.Path) -> None:
