@@ -201,3 +201,13 @@ def test_forked_parts_of_random_graphs_agree_with_the_oracle(seed: int, monkeypa
     if seed < 2:
         cert = many.verify()
         assert cert.equivalent and cert.irredundant
+
+
+def test_off_linux_or_in_a_daemon_the_items_run_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    here = os.getpid()
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert not can_fork()
+    assert map_forked(lambda x: (x, os.getpid()), list(range(6)), 3, chunk=1) == [(x, here) for x in range(6)]
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(multiprocessing.current_process(), "daemon", True, raising=False)
+    assert not can_fork()

@@ -13,7 +13,7 @@ their results back through pipes.
 
 Each item's exception comes back in place of its result and is raised where the sequential
 loop would raise it: the first failing item in item order. Where forking is unavailable
-(no `fork`, a daemon process, one core) the loop runs sequentially: the same results.
+(not Linux, a daemon process, one core) the loop runs sequentially: the same results.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import sys
 from typing import Any, Callable, Sequence, TypeVar
 
 from guardsolve.errors import GuardsolveError
@@ -47,9 +48,11 @@ def available_jobs() -> int:
 
 
 def can_fork() -> bool:
-    """Forking is available here: the platform has `fork` and this is not a daemon process
-    (which may not have children)."""
-    return "fork" in multiprocessing.get_all_start_methods() and not multiprocessing.current_process().daemon
+    """Forking is safe here: Linux (macOS has `fork`, but its system frameworks may crash in a
+    forked child, which is why Python spawns there) and not a daemon process (which may not
+    have children)."""
+    return (sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+            and not multiprocessing.current_process().daemon)
 
 
 class _Failed:
