@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import pickle
 import sys
+import threading
 from typing import Any, Callable, Sequence, TypeVar
 
 from guardsolve.errors import GuardsolveError
@@ -45,6 +46,14 @@ def available_jobs() -> int:
         except ValueError:
             raise GuardsolveError(f"GUARDSOLVE_JOBS={cap!r} should be a whole number of processes") from None
     return n
+
+
+def default_jobs() -> int:
+    """`available_jobs()`, or 1 while other Python threads run: a thread of this process that
+    is inside z3 (or holds any other lock) at the fork would leave that lock held forever in
+    the child. An explicit `jobs` is the caller's own choice."""
+    n = available_jobs()
+    return n if threading.active_count() == 1 else 1
 
 
 def can_fork() -> bool:

@@ -25,7 +25,7 @@ from guardsolve.ir.graph import Graph
 from guardsolve.solve.constraint import Constraint, DimOrder, render_eq, render_formula, render_ne, render_order
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.bounded import INF, holds_on_box
-from guardsolve.solve.parallel import available_jobs, map_forked
+from guardsolve.solve.parallel import default_jobs, map_forked
 from guardsolve.solve.order import Z, OrderLayer, OrderResult, needs_solver
 from guardsolve.solve.smt import Contexts, reduce_component
 from guardsolve.solve.unify import Conflict, UnionFind
@@ -524,15 +524,16 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
     `graph` is a tensor trace, a guard graph (also one parsed from text), or a `Trace`.
     Raises `UnsatisfiableGuardsError` when no input satisfies the guards. `jobs`: processes
     for a large graph's independent parts (`solve.parallel`); None takes the cores this
-    process may use (`GUARDSOLVE_JOBS` caps them), 1 keeps to this process. Graphs under
-    `PARALLEL_MIN_ATOMS` atoms always stay in this process. The result does not depend on it.
+    process may use (`GUARDSOLVE_JOBS` caps them) when no other Python thread runs, 1 keeps
+    to this process. With None, graphs under `PARALLEL_MIN_ATOMS` atoms stay in this
+    process. The result does not depend on it.
     """
     from guardsolve.trace.tracer import Trace
 
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise GuardsolveError(f"jobs={jobs!r}: give a number of processes, at least 1 (or None for every core)")
     # NOTE: read (and checked) on every call, so a bad GUARDSOLVE_JOBS is named on a small graph too
-    cap = available_jobs() if jobs is None else jobs
+    cap = default_jobs() if jobs is None else jobs
     with paused_gc():
         # NOTE: a Trace carries the guard graph recorded while it ran; no need to replay it
         gg = graph.guard_graph() if isinstance(graph, Trace) else guard_graph(graph)
