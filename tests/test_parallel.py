@@ -65,23 +65,29 @@ def test_a_contradiction_in_a_forked_part_names_the_same_bailouts() -> None:
     assert all(f"bool_bailout({t}, expect=True)" in messages[0] for t in tests)
 
 
-def test_small_graphs_stay_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked: list[int] = []
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(parts, jobs) of each `map_forked` call simplify makes from here on."""
+    calls: list[tuple[int, int]] = []
     real = simplify_module.map_forked
 
     def spy(fn, items, jobs):
-        asked.append(jobs)
+        calls.append((len(items), jobs))
         return real(fn, items, jobs)
 
     monkeypatch.setattr(simplify_module, "map_forked", spy)
+    return calls
+
+
+def test_small_graphs_stay_in_this_process(asked: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch) -> None:
     guardsolve.simplify(scale_guard_graph(300))
-    assert asked == [1]
+    assert [j for _, j in asked] == [1]
     monkeypatch.setenv("GUARDSOLVE_JOBS", "2")
     big = scale_guard_graph(simplify_module.PARALLEL_MIN_ATOMS * 2)
     guardsolve.simplify(big)
-    assert asked[-1] == default_jobs()
+    assert asked[-1][1] == default_jobs()
     if threading.active_count() == 1:  # NOTE: a thread left by another test keeps it at 1
-        assert asked[-1] == min(2, available_jobs())
+        assert asked[-1][1] == min(2, available_jobs())
 
 
 def test_jobs_from_the_environment_and_bad_counts(monkeypatch: pytest.MonkeyPatch,
@@ -180,19 +186,11 @@ def _many_parts(seed: int, count: int) -> Graph:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_forked_parts_of_random_graphs_agree_with_the_oracle(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_forked_parts_of_random_graphs_agree_with_the_oracle(seed: int, asked: list[tuple[int, int]]) -> None:
     g = _many_parts(seed, 10)
     one = guardsolve.simplify(g, jobs=1)
-    asked: list[tuple[int, int]] = []
-    real = simplify_module.map_forked
-
-    def spy(fn, items, jobs):
-        asked.append((len(items), jobs))
-        return real(fn, items, jobs, chunk=1)
-
-    monkeypatch.setattr(simplify_module, "map_forked", spy)
     many = guardsolve.simplify(g, jobs=2)
-    assert asked and asked[0][0] >= 8 and asked[0][1] == 2  # NOTE: the forked path, with parts to share
+    assert asked[-1][0] >= 8 and asked[-1][1] == 2  # NOTE: the forked path, with parts to share
     assert _summary(many) == _summary(one)
     rng = random.Random(seed)
     base = g.meta["trace_dims"]
@@ -216,15 +214,8 @@ def test_off_linux_or_in_a_daemon_the_items_run_here(monkeypatch: pytest.MonkeyP
     assert not can_fork()
 
 
-def test_other_threads_keep_the_default_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    asked: list[int] = []
-    real = simplify_module.map_forked
-
-    def spy(fn, items, jobs):
-        asked.append(jobs)
-        return real(fn, items, jobs)
-
-    monkeypatch.setattr(simplify_module, "map_forked", spy)
+def test_other_threads_keep_the_default_in_this_process(asked: list[tuple[int, int]],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GUARDSOLVE_JOBS", "2")
     big = scale_guard_graph(simplify_module.PARALLEL_MIN_ATOMS * 2)
     stop = threading.Event()
@@ -232,9 +223,9 @@ def test_other_threads_keep_the_default_in_this_process(monkeypatch: pytest.Monk
     other.start()
     try:
         guardsolve.simplify(big)
-        assert asked == [1]  # NOTE: a fork now could copy a lock the other thread holds
+        assert [j for _, j in asked] == [1]  # NOTE: a fork now could copy a lock the other thread holds
         guardsolve.simplify(big, jobs=2)  # NOTE: asked for explicitly: the caller's choice
-        assert asked == [1, 2]
+        assert [j for _, j in asked] == [1, 2]
     finally:
         stop.set()
         other.join()
