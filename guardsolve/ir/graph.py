@@ -188,8 +188,8 @@ class Graph:
                 defined_at[o] = i
         types: dict[str, Type] = {}
         # NOTE: the params objects found right for an op, by identity: constants and bailouts
-        # share a few (`emit`), so most nodes skip the per-param checks; held, so ids stay theirs
-        fine: dict[tuple[Op, int], Mapping[str, Any]] = {}
+        # share a few (`emit`), so most nodes skip the per-param checks (the nodes keep them alive)
+        fine: set[tuple[Op, int]] = set()
         plain = _PLAIN
         for i, n in enumerate(self.nodes):
             op = n.op
@@ -207,7 +207,7 @@ class Graph:
                     if key not in fine:
                         ok = _params_ok(n.params, params)
                         if ok:
-                            fine[key] = n.params
+                            fine.add(key)
                 if ok:
                     if outputs:
                         types[n.outputs[0]] = SPECS[op].result  # type: ignore[assignment]
