@@ -17,6 +17,7 @@ True
 from __future__ import annotations
 
 import random
+import re
 from typing import Any, Callable
 
 from guardsolve.errors import GuardFailure, InterpretError
@@ -158,6 +159,46 @@ def random_guard_graph(rng: random.Random, *, n_bailouts: int = 6, tensors: int 
         b.g.emit(Op.BOOL_BAILOUT, (x,), expect=expect)
     b.g.meta["trace_dims"] = dict(dims)
     return b.g
+
+
+def pieces_guard_graph(rng: random.Random, count: int, *, interleave: bool = False,
+                       link: bool = False) -> Graph:
+    """`count` random guard graphs over their own dims (`p3_a0`, ...), one after another, or
+    with their lines `interleave`d (each piece's in its order). `link` adds bailouts that read
+    one shared constant from several pieces, a bailout over constants only, and a last one
+    relating the first and the last piece (they then form one component).
+
+    >>> g = pieces_guard_graph(random.Random(1), 3, interleave=True, link=True)
+    >>> sorted({d.split("_")[0] for d in g.meta["trace_dims"]})
+    ['p0', 'p1', 'p2']
+    """
+    lines: list[list[str]] = []
+    dims: dict[str, int] = {}
+    for k in range(count):
+        g = random_guard_graph(rng, n_bailouts=rng.randint(3, 12), tensors=rng.randint(1, 3), int_args=1,
+                               nonlinear=k % 2 == 0, signed=k % 3 == 1)
+        lines.append(re.sub(r"\b[a-z]\d+\b", lambda m: f"p{k}_{m.group(0)}", str(g)).splitlines())
+        dims.update({f"p{k}_{d}": v for d, v in g.meta["trace_dims"].items()})
+    if interleave:
+        defs = [ln for piece in lines for ln in piece if "placeholder(" in ln or "int_arg(" in ln]
+        rest = [[ln for ln in piece if ln not in defs] for piece in lines]
+        order = [k for k, piece in enumerate(rest) for _ in piece]
+        rng.shuffle(order)
+        taken = [iter(piece) for piece in rest]
+        text = defs + [next(taken[k]) for k in order]
+    else:
+        text = [ln for piece in lines for ln in piece]
+    if link:
+        text += ["s_one = int_const(val=1)", "s_two = int_const(val=2)", "s_c = int_lt(s_one, s_two)",
+                 "bool_bailout(s_c, expect=True)"]
+        for k in range(0, count, 2):
+            x = f"p{k}_{sorted(d for d in dims if d.startswith(f'p{k}_'))[0].split('_', 1)[1]}"
+            text += [f"s_x{k} = int_ge(s_one, {x})", f"bool_bailout(s_x{k}, expect={1 >= dims[x]})"]
+        first, last = (sorted(d for d in dims if d.startswith(f"p{k}_"))[0] for k in (0, count - 1))
+        text += [f"s_l = int_le({first}, {last})", f"bool_bailout(s_l, expect={dims[first] <= dims[last]})"]
+    out = Graph.parse("\n".join(text))
+    out.meta["trace_dims"] = dims
+    return out
 
 
 def examples(n: int) -> int:

@@ -6,7 +6,6 @@ import multiprocessing
 import os
 import pickle
 import random
-import re
 import sys
 import threading
 from pathlib import Path
@@ -18,11 +17,10 @@ import pytest
 import guardsolve
 from guardsolve.cli import main
 from guardsolve.errors import GuardsolveError, UnsatisfiableGuardsError
-from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.solve import simplify as simplify_module
 from guardsolve.solve.parallel import _child, available_jobs, can_fork, default_jobs, map_forked
-from guardsolve.testing import accepts, random_guard_graph
+from guardsolve.testing import accepts, pieces_guard_graph
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 from workloads import mixed_guard_graph, scale_guard_graph  # noqa: E402
@@ -83,7 +81,7 @@ def test_small_graphs_stay_in_this_process(asked: list[tuple[int, int]], monkeyp
     guardsolve.simplify(scale_guard_graph(300))
     assert [j for _, j in asked] == [1]
     monkeypatch.setenv("GUARDSOLVE_JOBS", "2")
-    big = scale_guard_graph(simplify_module.PARALLEL_MIN_ATOMS * 2)
+    big = scale_guard_graph(simplify_module.PARALLEL_MIN_BAILOUTS * 2)
     guardsolve.simplify(big)
     assert asked[-1][1] == default_jobs()
     if threading.active_count() == 1:  # NOTE: a thread left by another test keeps it at 1
@@ -170,24 +168,9 @@ def test_an_unpicklable_error_or_result_comes_back_as_its_text() -> None:
     assert "could not send its result back" in str(failed[1].error)
 
 
-def _many_parts(seed: int, count: int) -> Graph:
-    """`count` random guard graphs side by side, each over its own dims (`p3_a0`, ...)."""
-    rng = random.Random(seed)
-    texts, dims = [], {}
-    for k in range(count):
-        g = random_guard_graph(rng, n_bailouts=rng.randint(3, 12), tensors=rng.randint(1, 3), int_args=1,
-                               nonlinear=k % 2 == 0, signed=k % 3 == 1)
-        rename = lambda m: f"p{k}_{m.group(0)}"  # noqa: E731
-        texts.append(re.sub(r"\b[a-z]\d+\b", rename, str(g)))
-        dims.update({f"p{k}_{d}": v for d, v in g.meta["trace_dims"].items()})
-    out = Graph.parse("\n".join(texts))
-    out.meta["trace_dims"] = dims
-    return out
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_forked_parts_of_random_graphs_agree_with_the_oracle(seed: int, asked: list[tuple[int, int]]) -> None:
-    g = _many_parts(seed, 10)
+    g = pieces_guard_graph(random.Random(seed), 10)
     one = guardsolve.simplify(g, jobs=1)
     many = guardsolve.simplify(g, jobs=2)
     assert asked[-1][0] >= 8 and asked[-1][1] == 2  # NOTE: the forked path, with parts to share
@@ -217,7 +200,7 @@ def test_off_linux_or_in_a_daemon_the_items_run_here(monkeypatch: pytest.MonkeyP
 def test_other_threads_keep_the_default_in_this_process(asked: list[tuple[int, int]],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GUARDSOLVE_JOBS", "2")
-    big = scale_guard_graph(simplify_module.PARALLEL_MIN_ATOMS * 2)
+    big = scale_guard_graph(simplify_module.PARALLEL_MIN_BAILOUTS * 2)
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()

@@ -12,10 +12,12 @@ import z3
 
 import guardsolve
 from guardsolve.errors import UnsatisfiableGuardsError
-from guardsolve.guards.normalize import normalize
+from guardsolve.guards.normalize import normalize, outline
 from guardsolve.solve import simplify as simplify_module
+from guardsolve.solve.constraint import DimOrder
 from guardsolve.solve.simplify import Simplifier, parts
-from guardsolve.testing import random_guard_graph
+from guardsolve.guards.shape import value_bailouts
+from guardsolve.testing import pieces_guard_graph, random_guard_graph
 
 from guardsolve.guards.expr import Formula, Poly, divide, rel
 from guardsolve.ir.graph import Graph
@@ -107,7 +109,7 @@ def _whole_and_parts(g: Graph) -> tuple[object, object]:
             return str(e)
         return [(c.kind, c.text, sorted(c.prov), c.dims) for c in out], sorted(implied), list(undecided)
 
-    return summary(Simplifier(g, 5000, norm).run), summary(lambda: simplify_module._run(g, norm, 5000))
+    return summary(Simplifier(g, 5000, norm).run), summary(lambda: simplify_module._run(g, outline(g), 5000)[:3])
 
 
 def test_parts_simplify_alone_to_what_the_whole_graph_gives_them() -> None:
@@ -121,6 +123,85 @@ def test_parts_simplify_alone_to_what_the_whole_graph_gives_them() -> None:
         whole, by_parts = _whole_and_parts(g)
         assert by_parts == whole
     assert split >= 15  # NOTE: most graphs do split, so the part-by-part path is what ran
+
+
+def _with_extras(g: Graph, rng: random.Random) -> Graph:
+    """`g` plus, at random, a data-dependent bailout, a division by a constant (a tautology
+    `2 != 0` before the bailouts' atoms) and a contradiction inside one piece."""
+    dims = sorted(g.meta["trace_dims"])
+    x, y = rng.choice(dims), rng.choice(dims)
+    if rng.random() < 0.5:
+        opaque = g.emit(Op.BOOL_OPAQUE, (), name="v0")
+        g.emit(Op.BOOL_BAILOUT, (g.emit(Op.BOOL_AND, (opaque, g.emit(Op.INT_GE, (x, x)))),), expect=True)
+    if rng.random() < 0.5:
+        two = g.emit(Op.INT_CONST, (), val=2)
+        g.emit(Op.BOOL_BAILOUT, (g.emit(Op.INT_GE, (g.emit(Op.INT_FLOORDIV, (y, two)), two)),),
+               expect=g.meta["trace_dims"][y] // 2 >= 2)
+    if rng.random() < 0.25:
+        x = next(d for d in dims if d.startswith(x.split("_")[0]) and d != x) if rng.random() < 0.5 else x
+        g.emit(Op.BOOL_BAILOUT, (g.emit(Op.INT_LT, (x, y)),), expect=True)
+        g.emit(Op.BOOL_BAILOUT, (g.emit(Op.INT_LT, (y, x)),), expect=True)
+    return g
+
+
+def test_components_simplify_alone_to_what_the_whole_graph_gives_them() -> None:
+    """`outline`'s components, each normalized alone, against the whole graph normalized at
+    once and then split into `parts`: the same constraints, provenance, implied bailouts,
+    undecided list (in order), tautologies (in order), or the same error message; and against
+    the whole graph simplified as one part: the same but for provenance.
+
+    NOTE: in one part, the ordering layer's zero node joins the bounds of unrelated dims, so
+    `x == 0` may be credited with the bailouts of `y == 0` too (2 of 200 seeds here)."""
+    split = errors = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        g = _with_extras(pieces_guard_graph(rng, rng.randint(2, 7), interleave=seed % 4 != 0, link=seed % 3 == 0),
+                         rng)
+        lay = outline(g)
+        split += len(lay.components) > 1
+        norm = normalize(g)
+        assert (lay.dims, lay.sizes, sorted(lay.values)) == (norm.dims, norm.sizes, norm.value_guards)
+
+        def summary(run: Callable[[], tuple]) -> object:
+            try:
+                out, implied, undecided, tautologies = run()
+            except UnsatisfiableGuardsError as e:
+                return str(e)
+            return ([(c.kind, c.text, sorted(c.prov), c.dims) for c in out], sorted(implied), list(undecided),
+                    list(tautologies))
+
+        got = summary(lambda: simplify_module._run(g, lay, 5000))
+        assert got == summary(lambda: simplify_module._whole(g, 5000, DimOrder(norm.dims), 1))
+        one = summary(lambda: (*Simplifier(g, 5000, normalize(g)).run(), normalize(g).tautologies))
+        if isinstance(one, str):
+            errors += 1
+            assert got == one
+        else:
+            assert [c[:2] for c in got[0]] == [c[:2] for c in one[0]] and got[1:] == one[1:]  # type: ignore[index]
+    assert split >= 30 and errors >= 3  # NOTE: both paths ran: the split one and the fallback
+
+
+def test_outline_components_are_closed_disjoint_and_in_node_order() -> None:
+    rng = random.Random(3)
+    g = _with_extras(pieces_guard_graph(rng, 6, interleave=True, link=True), rng)
+    lay = outline(g)
+    seen: set[int] = set()
+    firsts = []
+    for comp in lay.components:
+        assert list(comp) == sorted(set(comp))
+        made = {o for i in comp for o in g.nodes[i].outputs}
+        assert all(x in made for i in comp for x in g.nodes[i].inputs)  # NOTE: closed under inputs
+        own = [i for i in comp if g.nodes[i].op not in (Op.INT_CONST, Op.BOOL_CONST)]
+        assert seen.isdisjoint(own)
+        seen.update(own)
+        firsts.append(own[0])
+    assert firsts == sorted(firsts)
+    assert seen == {i for i, n in enumerate(g.nodes) if n.op not in (Op.INT_CONST, Op.BOOL_CONST)}
+    assert lay.bailouts == sum(n.op is Op.BOOL_BAILOUT for n in g.nodes)
+    assert lay.values == value_bailouts(g)
+    # NOTE: the last bailout relates the first piece to the last: one component holds both
+    assert any({g.nodes[i].outputs[0].split("_")[0] for i in comp if g.nodes[i].op is Op.INT_PLACEHOLDER}
+               >= {"p0", "p5"} for comp in lay.components)
 
 
 def test_parts_are_independent_and_keep_input_order() -> None:

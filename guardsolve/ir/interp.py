@@ -14,7 +14,7 @@ values of the node's inputs and binds the result to the node's output.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from guardsolve.errors import GuardFailure, GuardsolveError, InterpretError, MissingRuleError
 from guardsolve.ir.graph import Graph
@@ -32,14 +32,17 @@ class RuleTable:
 
 
 def interpret(graph: Graph, table: RuleTable, env: dict[str, Any] | None = None,
-              *, validate: bool = True) -> dict[str, Any]:
-    """Run `table` over `graph` in order; return the environment of every named value."""
+              *, validate: bool = True, nodes: Sequence[int] | None = None) -> dict[str, Any]:
+    """Run `table` over `graph` in order; return the environment of every named value.
+
+    `nodes`: only the nodes at these indices, in this order (each reads only values of earlier ones).
+    """
     if validate:
         graph.validate()
     env = {} if env is None else env
     rules = table.rules
     enter = table.enter
-    for node in graph.nodes:
+    for node in graph.nodes if nodes is None else map(graph.nodes.__getitem__, nodes):
         rule = rules.get(node.op)
         if rule is None:
             raise MissingRuleError(str(node.op), table.name, node)

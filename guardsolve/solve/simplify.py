@@ -1,7 +1,7 @@
 """`simplify(graph)`: the minimal, provably equivalent guard set of a trace or guard graph.
 
-normalize -> independent parts (no dim shared), each on its own: union-find -> ordering layer
--> z3 (per independent component). Each stage is sound on its own; together they leave a set where no constraint is implied by the others
+outline (components sharing no value but constants) -> normalize each -> independent parts
+(no dim shared), each on its own: union-find -> ordering layer -> z3 (per independent component). Each stage is sound on its own; together they leave a set where no constraint is implied by the others
 (and by `size >= 0`). For the notebook's `a + b` on two `[4]` tensors:
 
     assert not (a0 == 1)                 a0 == b0
@@ -17,9 +17,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from guardsolve.errors import GuardsolveError, UnsatisfiableGuardsError
+from guardsolve.errors import GuardsolveError, InterpretError, MissingRuleError, UnsatisfiableGuardsError
 from guardsolve.guards.expr import FALSE, TRUE, Formula, Poly, Rel, cancel, conjuncts, substitute
-from guardsolve.guards.normalize import Atom, Normalized, describe, normalize
+from guardsolve.guards.normalize import DIVISIONS, Atom, Normalized, Outline, describe, normalize, outline
 from guardsolve.guards.shape import guard_graph
 from guardsolve.ir.graph import Graph
 from guardsolve.solve.constraint import Constraint, DimOrder, render_eq, render_formula, render_ne, render_order
@@ -32,8 +32,8 @@ from guardsolve.solve.unify import Conflict, UnionFind
 from guardsolve.trace.gcpause import paused_gc
 
 DEFAULT_TIMEOUT_MS = 5000
-# Below this many atoms a graph simplifies in well under a second: forking costs more than it saves
-PARALLEL_MIN_ATOMS = 4000
+# Below this many bailouts a graph simplifies in well under a second: forking costs more than it saves
+PARALLEL_MIN_BAILOUTS = 4000
 
 Prov = frozenset
 
@@ -525,7 +525,7 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
     Raises `UnsatisfiableGuardsError` when no input satisfies the guards. `jobs`: processes
     for a large graph's independent parts (`solve.parallel`); None takes the cores this
     process may use (`GUARDSOLVE_JOBS` caps them) when no other Python thread runs, 1 keeps
-    to this process. With None, graphs under `PARALLEL_MIN_ATOMS` atoms stay in this
+    to this process. With None, graphs under `PARALLEL_MIN_BAILOUTS` bailouts stay in this
     process. The result does not depend on it.
     """
     from guardsolve.trace.tracer import Trace
@@ -542,44 +542,86 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
 
 def _simplify(gg: Graph, verify: bool, timeout_ms: int, jobs: int = 1, *, auto: bool = False) -> GuardSet:
     signature = gg.meta.get("signature")
-    norm = normalize(gg, validate=False)  # NOTE: guard_graph() validated it
-    constraints, implied, undecided = _run(gg, norm, timeout_ms, jobs, auto=auto)
-    gs = GuardSet(constraints, gg, norm.dims, norm.sizes, signature, implied, undecided,
-                  tuple(norm.tautologies), tuple(norm.value_guards))
+    lay = outline(gg)
+    constraints, implied, undecided, tautologies = _run(gg, lay, timeout_ms, jobs, auto=auto)
+    gs = GuardSet(constraints, gg, lay.dims, lay.sizes, signature, implied, undecided,
+                  tuple(tautologies), tuple(sorted(lay.values)))
     if verify:
         gs.verify(timeout_ms=timeout_ms)
     return gs
 
 
-def _run(gg: Graph, norm: Normalized, timeout_ms: int, jobs: int = 1, *, auto: bool = False
-         ) -> tuple[list[Constraint], set[int], list[str]]:
-    """`Simplifier.run` part by part (`parts`): each part goes round the stages only as often
-    as it needs, and over its own dims only; the parts on up to `jobs` processes (`auto`: only
-    from `PARALLEL_MIN_ATOMS` atoms on).
+Reduced = tuple[list[Constraint], set[int], list[str]]
 
-    NOTE: unsatisfiable guards are named by the whole graph's run, as before: which
-    contradiction is met first depends on the order of the whole.
+
+def _run(gg: Graph, lay: Outline, timeout_ms: int, jobs: int = 1, *, auto: bool = False
+         ) -> tuple[list[Constraint], set[int], list[str], list[int]]:
+    """`Simplifier.run` part by part: the graph's components (`outline`) each normalized and
+    split into `parts` on their own, on up to `jobs` processes (`auto`: only from
+    `PARALLEL_MIN_BAILOUTS` bailouts on); each part goes round the stages only as often as it
+    needs, and over its own dims only. Also returns the tautologies.
+
+    NOTE: an error (unsatisfiable guards above all) is named by the whole graph's run, as
+    before: which one is met first depends on the order of the whole.
     """
-    order = DimOrder(norm.dims)
-    split = parts(norm) if all(a.formula.dims() for a in norm.atoms) else []
-    if len(split) < 2:
-        return Simplifier(gg, timeout_ms, norm, order).run()
-    if auto and len(norm.atoms) < PARALLEL_MIN_ATOMS:
+    order = DimOrder(lay.dims)
+    if auto and lay.bailouts < PARALLEL_MIN_BAILOUTS:
         jobs = 1
-    # NOTE: one `Contexts` per process; a forked child makes its own on first use
-    shared = _SharedContexts(timeout_ms)
+    if len(lay.components) < 2:
+        return _whole(gg, timeout_ms, order, jobs)
+    shared = _SharedContexts(timeout_ms)  # NOTE: one per process; a forked child makes its own on first use
 
-    def reduce(part: Normalized) -> tuple[list[Constraint], set[int], list[str]]:
-        return Simplifier(gg, timeout_ms, part, order, shared.get()).reduce()
+    def reduce(nodes: Sequence[int]) -> tuple[list[tuple[tuple[int, int], Reduced]], list[int]] | None:
+        norm = normalize(gg, validate=False, nodes=nodes, values=lay.values)
+        if not all(a.formula.dims() for a in norm.atoms):
+            return None
+        return [(_first(gg, p), Simplifier(gg, timeout_ms, p, order, shared.get()).reduce())
+                for p in parts(norm)], norm.tautologies
 
+    try:
+        done = map_forked(reduce, lay.components, jobs)
+    except (UnsatisfiableGuardsError, MissingRuleError, InterpretError):
+        done = [None]
+    if any(d is None for d in done):
+        return _whole(gg, timeout_ms, order, 1)
+    # NOTE: the parts in the order of their first atoms in the whole graph (`normalize` puts
+    # the divisions' atoms first): the order `undecided` lists them in
+    results = sorted((r for d in done for r in d[0]), key=lambda r: r[0])  # type: ignore[index]
+    tautologies = sorted((i for d in done for i in d[1]),  # type: ignore[index]
+                         key=lambda i: (gg.nodes[i].op not in DIVISIONS, i))
+    return (*_merge([r for _, r in results], order, tautologies), tautologies)
+
+
+def _first(gg: Graph, part: Normalized) -> tuple[int, int]:
+    """Where the part's first atom comes first in the whole graph's `normalize`."""
+    return min((gg.nodes[i].op not in DIVISIONS, i) for a in part.atoms for i in a.prov)
+
+
+def _merge(results: Sequence[Reduced], order: DimOrder, tautologies: Sequence[int] = ()) -> Reduced:
     out: list[Constraint] = []
     implied: set[int] = set()
     undecided: list[str] = []
+    for o, i, u in results:
+        out += o
+        implied |= i
+        undecided += u
+    return (*finish(out, implied, tautologies, order), undecided)
+
+
+def _whole(gg: Graph, timeout_ms: int, order: DimOrder, jobs: int
+           ) -> tuple[list[Constraint], set[int], list[str], list[int]]:
+    """The whole graph normalized at once, then part by part (`parts`) on up to `jobs` processes."""
+    norm = normalize(gg, validate=False)  # NOTE: guard_graph() validated it
+    split = parts(norm) if all(a.formula.dims() for a in norm.atoms) else []
+    if len(split) < 2:
+        return (*Simplifier(gg, timeout_ms, norm, order).run(), norm.tautologies)
+    shared = _SharedContexts(timeout_ms)
+
+    def reduce(part: Normalized) -> Reduced:
+        return Simplifier(gg, timeout_ms, part, order, shared.get()).reduce()
+
     try:
-        for o, i, u in map_forked(reduce, split, jobs):
-            out += o
-            implied |= i
-            undecided += u
+        results = map_forked(reduce, split, jobs)
     except UnsatisfiableGuardsError:
-        return Simplifier(gg, timeout_ms, norm, order).run()
-    return (*finish(out, implied, norm.tautologies, order), undecided)
+        return (*Simplifier(gg, timeout_ms, norm, order).run(), norm.tautologies)
+    return (*_merge(results, order, norm.tautologies), norm.tautologies)
