@@ -122,6 +122,31 @@ def test_fresh_names_skip_taken_ones() -> None:
     t.graph.validate()
 
 
+def test_fresh_names_never_repeat_a_name_of_any_source() -> None:
+    """`fresh` stores only the names it cannot tell from its counters: none repeats a name it
+    gave before (under this or another prefix), appended, parsed, placeholder or reserved."""
+    rng = random.Random(0)
+    g = Graph.parse("i3 = int_placeholder(name=i3)\nx10 = int_arg(name=x10)")
+    g.reserve(["i5", "v_2"])
+    given = {"i3", "x10", "i5", "v_2"}
+    for _ in range(400):
+        kind = rng.random()
+        if kind < 0.7:
+            name = g.fresh(rng.choice(["i", "x", "x1", "v_", "v_1", "1"]))
+        elif kind < 0.85:
+            name = g.emit(Op.INT_CONST, (), val=1)
+        else:
+            name = f"{rng.choice(['i', 'x', 'x1'])}{rng.randrange(60)}"
+            if g.taken(name):
+                assert name in given
+                continue
+            g.emit(Op.INT_ARG, (), name=name)
+        assert name not in given and g.taken(name)
+        given.add(name)
+    assert not any(g.taken(n) for n in ("i999", "x01", "q0", "", "x"))
+    g.validate()
+
+
 def test_metadata_is_outside_text_and_equality() -> None:
     t = guardsolve.trace(lambda a, b: a + b, torch.randn(2), torch.randn(2))
     loc = t.guard_graph().bailouts()[0].meta["loc"]

@@ -68,12 +68,41 @@ class Graph:
     # -- building ---------------------------------------------------------------
 
     def fresh(self, prefix: str) -> str:
-        """A name `prefix<N>` not yet used in this graph."""
+        """A name `prefix<N>` not yet used in this graph.
+
+        NOTE: the names a prefix that does not end in a digit hands out are not stored (millions in a
+        large guard graph): its counter says which it gave (`taken`), and no other prefix makes
+        them, but one that ends in a digit (`x1` makes `x10`, as `x` does), whose names are stored.
+
+        >>> g = Graph()
+        >>> [g.fresh("x"), g.fresh("x1"), g.fresh("x") and g.fresh("x")]
+        ['x0', 'x10', 'x2']
+        >>> g.taken("x1"), g.taken("x2"), g.taken("x3"), g.taken("x10"), g.taken("x01")
+        (True, True, False, True, False)
+        """
         n = self._counters.get(prefix, 0)
-        while f"{prefix}{n}" in self._used:
+        if prefix and not prefix[-1].isdigit():
+            while f"{prefix}{n}" in self._used:
+                n += 1
+            self._counters[prefix] = n + 1
+            return f"{prefix}{n}"
+        while self.taken(f"{prefix}{n}"):
             n += 1
         self._counters[prefix] = n + 1
-        return f"{prefix}{n}"
+        self._used.add(name := f"{prefix}{n}")
+        return name
+
+    def taken(self, name: str) -> bool:
+        """Is `name` defined or reserved in this graph, or handed out by `fresh`?"""
+        if name in self._used:
+            return True
+        k = len(name)
+        while k > 0 and name[k - 1].isdigit():
+            k -= 1
+            num = name[k:]
+            if (num == "0" or num[0] != "0") and int(num) < self._counters.get(name[:k], 0):
+                return True
+        return False
 
     def reserve(self, names: Any) -> None:
         """Keep `fresh` from handing out `names`: the input dims a recorder defines later
@@ -90,10 +119,12 @@ class Graph:
         """Append `op(inputs, params)` and return its output name (None for a bailout)."""
         spec = SPECS[op]
         outputs: tuple[str, ...] = ()
+        made = False  # NOTE: a name from `fresh` is known by its counter; any other is stored
         if spec.result is not None:
             if out is None:
                 out = params.get("name") if op in (Op.VAR_PLACEHOLDER, Op.INT_PLACEHOLDER, Op.INT_ARG) else None
-                out = out or self.fresh(PREFIX[spec.result])
+                if not out:
+                    out, made = self.fresh(PREFIX[spec.result]), True
             outputs = (out,)
         # NOTE: a node without metadata shares one empty, read-only mapping: a large guard
         # graph holds millions of nodes, most with none; so do nodes without params, and
@@ -109,7 +140,11 @@ class Graph:
                     shared = self._params[key] = SharedParams(params)
             except TypeError:  # NOTE: an unhashable value (an invalid node, which validate names)
                 shared = params
-        self.append(Node(op, tuple(inputs), outputs, shared, dict(meta) if meta else _NO_META))  # type: ignore[arg-type]
+        node = Node(op, tuple(inputs), outputs, shared, dict(meta) if meta else _NO_META)  # type: ignore[arg-type]
+        if made:
+            self.nodes.append(node)
+        else:
+            self.append(node)
         return outputs[0] if outputs else None
 
     # -- reading ----------------------------------------------------------------

@@ -365,8 +365,7 @@ class TracingMode(TorchDispatchMode):
             assert rec.trace is not None
             base = "".join(c if c.isalnum() or c == "_" else "_" for c in self.names.get(id(t), "const"))
             base = base if base.isidentifier() else "p_" + base
-            used = rec.trace._used
-            name = base if base != "const" and base not in used else rec.trace.fresh(base + ("" if base == "const" else "_"))
+            name = base if base != "const" and not rec.trace.taken(base) else rec.trace.fresh(base + ("" if base == "const" else "_"))
             rec.trace.emit(Op.VAR_PARAM, (), out=name, name=name, shape=tuple(t.shape), dtype=dtype_name(t.dtype))
             self._const_names[id(t)] = name
             self.constants[name] = t
