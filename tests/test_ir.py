@@ -83,6 +83,13 @@ def test_parse_errors_name_line_and_column(text: str, line: int, column: int, fr
     ("a0 = int_placeholder(name=a0)\ni0 = int_eq(a0, q)", UndefinedNameError, "'q' is not defined"),
     ("i0 = int_eq(a0, a0)\na0 = int_placeholder(name=a0)", UseBeforeDefinitionError, "used before node 1"),
     ("a0 = int_placeholder(name=a0)\na0 = int_const(val=1)", DuplicateNameError, "already defined by node 0"),
+    # NOTE: a duplicate is named before an earlier fault, whichever pass meets which first
+    ("i0 = int_const()\na0 = int_placeholder(name=a0)\ni1 = int_eq(a0, a0)\ni1 = int_eq(a0, a0)",
+     DuplicateNameError, "'i1' is already defined by node 2"),
+    ("a0 = int_placeholder(name=a0)\na0 = int_placeholder(name=a0)\ni0 = int_eq(a0, q)",
+     DuplicateNameError, "'a0' is already defined by node 0"),
+    ("x = var_placeholder(name=x, rank=2)\nv, v = aten.split.Tensor(x, 1)", DuplicateNameError,
+     "'v' is already defined by node 1"),
     ("a0 = int_placeholder(name=a0)\nbool_bailout(a0, expect=True)", TypeMismatchError, "should be bool, found int"),
     ("i0 = int_const(val=1)\ni1 = bool_not(i0)", TypeMismatchError, "should be bool"),
     ("a = var_placeholder(name=a, rank=1)\ni0 = size_index(a, index=0)", TypeMismatchError, "should be size"),

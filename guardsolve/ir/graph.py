@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
 from guardsolve.errors import (
-    ArityError, DuplicateNameError, TypeMismatchError, UndefinedNameError, UnknownOpError,
+    ArityError, DuplicateNameError, GraphError, TypeMismatchError, UndefinedNameError, UnknownOpError,
     UseBeforeDefinitionError,
 )
 from guardsolve.ir.node import Node
@@ -214,13 +214,18 @@ class Graph:
         """Check every node against the op table; return the type of every name.
 
         Raises a `GraphError` subclass naming the node at fault.
+
+        NOTE: one pass that finds duplicates as it goes; a graph at fault is checked again in
+        full, duplicates first (`_validate_in_full`), so the fault it names does not depend on
+        the pass (a large guard graph saves a pass and a table of every name).
         """
-        defined_at: dict[str, int] = {}
-        for i, n in enumerate(self.nodes):
-            for o in n.outputs:
-                if o in defined_at:
-                    raise DuplicateNameError(f"name {o!r} is already defined by node {defined_at[o]}", n, i)
-                defined_at[o] = i
+        try:
+            return self._validate_quickly()
+        except GraphError:
+            self._validate_in_full()
+            raise
+
+    def _validate_quickly(self) -> dict[str, Type]:
         types: dict[str, Type] = {}
         # NOTE: the params objects found right for an op, by identity: constants and bailouts
         # share a few (`emit`), so most nodes skip the per-param checks (the nodes keep them alive)
@@ -244,11 +249,29 @@ class Graph:
                         if ok:
                             fine.add(key)
                 if ok:
-                    if outputs:
-                        types[n.outputs[0]] = SPECS[op].result  # type: ignore[assignment]
-                    continue
-            types.update(_check_node(n, i, types, defined_at))  # NOTE: in full; it names the fault
+                    if not outputs:
+                        continue
+                    o = n.outputs[0]
+                    if o not in types:
+                        types[o] = SPECS[op].result  # type: ignore[assignment]
+                        continue
+            made = _check_node(n, i, types, {})  # NOTE: in full; it names the fault
+            if len(made) != len(n.outputs) or not types.keys().isdisjoint(made):
+                raise DuplicateNameError("a name is defined twice", n, i)
+            types.update(made)
         return types
+
+    def _validate_in_full(self) -> None:
+        """Raise the first fault: a name defined twice, else the first node at fault."""
+        defined_at: dict[str, int] = {}
+        for i, n in enumerate(self.nodes):
+            for o in n.outputs:
+                if o in defined_at:
+                    raise DuplicateNameError(f"name {o!r} is already defined by node {defined_at[o]}", n, i)
+                defined_at[o] = i
+        types: dict[str, Type] = {}
+        for i, n in enumerate(self.nodes):
+            types.update(_check_node(n, i, types, defined_at))
 
 
 # op -> (input types, params, outputs) of the ops `validate` checks quickly: no variadic or optional part
