@@ -583,7 +583,7 @@ def _run(gg: Graph, lay: Outline, timeout_ms: int, jobs: int = 1, *, auto: bool 
     except (UnsatisfiableGuardsError, MissingRuleError, InterpretError):
         done = [None]
     if any(d is None for d in done):
-        return _whole(gg, timeout_ms, order, 1)
+        return _whole(gg, timeout_ms, order, jobs)
     # NOTE: the parts in the order of their first atoms in the whole graph (`normalize` puts
     # the divisions' atoms first): the order `undecided` lists them in
     results = sorted((r for d in done for r in d[0]), key=lambda r: r[0])  # type: ignore[index]
