@@ -69,6 +69,7 @@ def test_round_trip_property(seed: int, n: int) -> None:
     ("bool_bailout(i0, expect=maybe)", 1, 25, "True or False"),
     ("i0 = int_const(value=1)", 1, 16, "has no param 'value'"),
     ("i0 = int_const(val=1)\n\ni1 = int_eq(i0, $)", 3, 17, "unexpected character '$'"),
+    ("a0 = int_placeholder(name=a0)\nx, y = int_eq(a0, a0)", 2, 2, "several outputs, but only a call"),
 ])
 def test_parse_errors_name_line_and_column(text: str, line: int, column: int, fragment: str) -> None:
     with pytest.raises(ParseError) as info:
@@ -90,6 +91,8 @@ def test_parse_errors_name_line_and_column(text: str, line: int, column: int, fr
      DuplicateNameError, "'a0' is already defined by node 0"),
     ("x = var_placeholder(name=x, rank=2)\nv, v = aten.split.Tensor(x, 1)", DuplicateNameError,
      "'v' is already defined by node 1"),
+    ("a = int_placeholder(name=d)\nb = int_placeholder(name=d)", DuplicateNameError, "dim 'd' is already an input"),
+    ("a = int_placeholder(name=d)\nb = int_arg(name=d)", DuplicateNameError, "dim 'd' is already an input, of node 0"),
     ("a0 = int_placeholder(name=a0)\nbool_bailout(a0, expect=True)", TypeMismatchError, "should be bool, found int"),
     ("i0 = int_const(val=1)\ni1 = bool_not(i0)", TypeMismatchError, "should be bool"),
     ("a = var_placeholder(name=a, rank=1)\ni0 = size_index(a, index=0)", TypeMismatchError, "should be size"),

@@ -310,3 +310,42 @@ def test_idempotent_and_stable_order() -> None:
     again = simplify(gs.to_graph())
     assert texts(again) == texts(gs)
     assert str(gs) == "\n".join(texts(gs))
+
+
+def test_names_of_parameters_never_break_the_compiled_check() -> None:
+    """A tensor parameter named like another's dim (`x` and `x0`), parameters and dims named
+    like what the generated code reads (`Tensor`, `isinstance`, `ValueError`,
+    `ZeroDivisionError`): the check still answers, through `guarded` too."""
+    def h(x, x0):  # type: ignore[no-untyped-def]
+        return x + x0
+
+    gs = simplify(guardsolve.trace(h, torch.randn(4), torch.randn(4)))
+    assert [c.text for c in gs.constraints] == ["x_0 == x0_0", "x_0 != 1"]
+    assert gs.check(torch.randn(4), torch.randn(4)) and not gs.check(torch.randn(4), torch.randn(5))
+
+    def f(Tensor, isinstance):  # type: ignore[no-untyped-def]
+        return Tensor + isinstance
+
+    gs = simplify(guardsolve.trace(f, torch.randn(4), torch.randn(4)))
+    assert gs.check(torch.randn(4), torch.randn(4)) and not gs.check(torch.randn(4), torch.randn(5))
+    assert not gs.check(torch.randn(4, 2), torch.randn(4))  # NOTE: the rank test catches ValueError
+    fast = guardsolve.guarded(f)
+    fast(torch.randn(4), torch.randn(4))
+    assert fast(torch.randn(4), torch.randn(4)).shape == (4,)
+
+    def g(ValueError, b):  # type: ignore[no-untyped-def]
+        return ValueError.sum() + b
+
+    gs = simplify(guardsolve.trace(g, torch.randn(4, 2), torch.randn(4)))
+    assert gs.check(torch.randn(4, 2), torch.randn(4)) and not gs.check(torch.randn(4), torch.randn(4))
+    gs = simplify(Graph.parse("a = int_placeholder(name=a)\nZeroDivisionError = int_arg(name=ZeroDivisionError)\n"
+                              "i0 = int_floordiv(a, ZeroDivisionError)\ni1 = int_const(val=0)\n"
+                              "i2 = int_eq(i0, i1)\nbool_bailout(i2, expect=False)"))
+    assert gs.check_dims({"a": 3, "ZeroDivisionError": 1}) and not gs.check_dims({"a": 3, "ZeroDivisionError": 0})
+
+
+def test_int_arg_with_its_traced_value_in_a_guard_graph() -> None:
+    gs = simplify(Graph.parse("n = int_arg(name=n, val=3)\na0 = int_placeholder(name=a0)\ni1 = int_le(n, a0)\n"
+                              "bool_bailout(i1, expect=True)"))
+    assert [c.text for c in gs.constraints] == ["n <= a0"]
+    assert gs.verify().equivalent

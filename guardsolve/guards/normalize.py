@@ -105,7 +105,7 @@ def symbolic_rules(found: Found | None = None) -> RuleTable:
         found.sizes.add(name)
         return Poly.var(name)
 
-    def arg(*, name: str) -> Poly:
+    def arg(*, name: str, val: int | None = None) -> Poly:  # NOTE: `val`, the traced value, is not a guard
         found.dims.append(name)
         return Poly.var(name)
 

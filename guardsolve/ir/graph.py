@@ -227,12 +227,15 @@ class Graph:
 
     def _validate_quickly(self) -> dict[str, Type]:
         types: dict[str, Type] = {}
+        dims: dict[str, int] = {}  # NOTE: an input dim's name -> its node
         # NOTE: the params objects found right for an op, by identity: constants and bailouts
         # share a few (`emit`), so most nodes skip the per-param checks (the nodes keep them alive)
         fine: set[tuple[Op, int]] = set()
         plain = _PLAIN
         for i, n in enumerate(self.nodes):
             op = n.op
+            if op in _DIMS and not _new_dim(dims, n.params.get("name"), i):
+                raise DuplicateNameError("an input dim is defined twice", n, i)
             shape = plain.get(op)  # type: ignore[call-overload]
             if shape is not None:
                 inputs, params, outputs = shape
@@ -264,14 +267,30 @@ class Graph:
     def _validate_in_full(self) -> None:
         """Raise the first fault: a name defined twice, else the first node at fault."""
         defined_at: dict[str, int] = {}
+        dims: dict[str, int] = {}
         for i, n in enumerate(self.nodes):
             for o in n.outputs:
                 if o in defined_at:
                     raise DuplicateNameError(f"name {o!r} is already defined by node {defined_at[o]}", n, i)
                 defined_at[o] = i
+            if n.op in _DIMS and not _new_dim(dims, n.params.get("name"), i):
+                d = n.params["name"]
+                raise DuplicateNameError(f"dim {d!r} is already an input, of node {dims[d]}", n, i)
         types: dict[str, Type] = {}
         for i, n in enumerate(self.nodes):
             types.update(_check_node(n, i, types, defined_at))
+
+
+_DIMS = frozenset({Op.INT_PLACEHOLDER, Op.INT_ARG})  # NOTE: each names an input dim, once
+
+
+def _new_dim(dims: dict[Any, int], name: Any, i: int) -> bool:
+    """Record input dim `name` at node i; False if another node already has it."""
+    if not isinstance(name, str):
+        return True  # NOTE: not a name at all: the node's own check says so
+    if dims.setdefault(name, i) != i:
+        return False
+    return True
 
 
 # op -> (input types, params, outputs) of the ops `validate` checks quickly: no variadic or optional part

@@ -86,6 +86,10 @@ def _parse_line(cur: _Line) -> Node:
     if kind != "name":
         raise cur.error(f"expected a name, found {word!r}", col)
     tok = cur.peek()
+    if tok is not None and tok[1] == ",":
+        # NOTE: only a call of a PyTorch op (`v0, v1 = aten.split.Tensor(...)`) has several outputs
+        raise cur.error("several outputs, but only a call of a PyTorch op (`v0, v1 = aten.split.Tensor(...)`) "
+                        "has more than one", tok[2])
     if tok is not None and tok[1] == "=":
         cur.next("=")
         outputs = (_check_name(cur, word, col, "output name"),)

@@ -35,7 +35,7 @@ def print_rules(lines: list[str]) -> RuleTable:
         Op.BOOL_NOT: lambda b: f"(not {b})",
         Op.INT_CONST: lambda *, val: str(val),
         Op.INT_PLACEHOLDER: lambda *, name: name,
-        Op.INT_ARG: lambda *, name: name,
+        Op.INT_ARG: lambda *, name, val=None: name,
         Op.VAR_PLACEHOLDER: lambda *, name, rank: name,
         Op.VAR_SIZE: lambda a: f"{a}.shape",
         Op.SIZE_INDEX: lambda s, *, index: f"{s}[{index}]",

@@ -18,12 +18,15 @@ class Param:
 def dim_names(params: list[tuple[str, str, int]]) -> tuple[Param, ...]:
     """Name every input dim: `a0`, `b0`; `{name}_{d}` when the name ends in a digit.
 
-    Names never collide: a clash falls back to the `{name}_{d}` form, then adds underscores.
+    Names never collide, with each other or with a parameter's name (the compiled check binds
+    both): a clash falls back to the `{name}_{d}` form, then adds underscores.
 
     >>> [p.dims for p in dim_names([("a", "tensor", 2), ("x1", "tensor", 1), ("n", "int", 0)])]
     [('a0', 'a1'), ('x1_0',), ('n',)]
+    >>> [p.dims for p in dim_names([("x", "tensor", 1), ("x0", "tensor", 1)])]
+    [('x_0',), ('x0_0',)]
     """
-    used = {name for name, kind, _ in params if kind == "int"}
+    used = {name for name, _, _ in params}
     out: list[Param] = []
     for name, kind, rank in params:
         if kind == "int":

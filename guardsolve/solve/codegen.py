@@ -21,19 +21,45 @@ kinds, the ranks (unpacking a shape of another rank raises), the static guards, 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
 from guardsolve.ir.signature import Param
 
 
-def _body(texts: Sequence[str], divides: bool, indent: str) -> list[str]:
+# The names the generated code reads besides its parameters and dims
+_INTERNAL = ("isinstance", "Tensor", "int", "bool", "ValueError", "ZeroDivisionError", "_M", "_arity", "_more", "_named")
+
+
+def _aliases(taken: Iterable[str]) -> dict[str, str]:
+    """Each internal name, or an alias of it where a parameter or dim has the name
+    (`def f(Tensor, isinstance)`): the generated code binds the aliases first (`_prelude`).
+
+    >>> _aliases(["a0", "Tensor"])["Tensor"], _aliases(["a0"])["Tensor"]
+    ('Tensor_', 'Tensor')
+    """
+    taken = set(taken)
+    out = {}
+    for name in _INTERNAL:
+        alias = name
+        while alias in taken:
+            alias += "_"
+        out[name] = alias
+        taken.add(alias)
+    return out
+
+
+def _prelude(n: dict[str, str]) -> list[str]:
+    return [f"{alias} = {name}" for name, alias in n.items() if alias != name and name not in ("_more", "_named")]
+
+
+def _body(texts: Sequence[str], divides: bool, indent: str, n: dict[str, str] | None = None) -> list[str]:
     expr = " and ".join(f"({t})" for t in texts) if texts else "True"
     if not divides:
         return [f"{indent}return {expr}"]
     # NOTE: the guard graph raises on a zero divisor, i.e. rejects the input; so do we.
-    return [f"{indent}try:", f"{indent}    return {expr}", f"{indent}except ZeroDivisionError:",
+    return [f"{indent}try:", f"{indent}    return {expr}", f"{indent}except {(n or {}).get('ZeroDivisionError', 'ZeroDivisionError')}:",
             f"{indent}    return False"]
 
 
@@ -47,22 +73,26 @@ def check_source(texts: Sequence[str], signature: Sequence[Param], divides: bool
     (which the namespace binds; `GuardSet`'s raises) instead of failing with a TypeError.
     """
     names = list(params) if params is not None else [p.name for p in signature]
-    lines = [f"def check({', '.join(names)}):"]
+    n = _aliases(names + [d for p in signature for d in p.dims])
+    M, inst = n["_M"], n["isinstance"]
+    lines = _prelude(n) + [f"def check({', '.join(names)}):"]
     if arity:
         # NOTE: the public entry point itself (no wrapper): a call with other arguments gets
         # `_arity`'s error, not a TypeError (a sentinel, compared by identity: no tensor `==`)
-        lines = [f"def check({''.join(n + '=_M, ' for n in names)}*_more, **_named):",
-                 f"    if _more or _named{''.join(f' or {n} is _M' for n in names)}:",
-                 f"        return _arity(({', '.join(names)}{',' if len(names) == 1 else ''}), _more, _named)"]
-    kinds = [f"isinstance({p.name}, Tensor)" + (" and not " + p.name + ".shape" if not p.rank else "")
-             if p.kind == "tensor" else f"isinstance({p.name}, int) and not isinstance({p.name}, bool)"
+        more, named = n["_more"], n["_named"]
+        lines = _prelude(n) + [
+            f"def check({''.join(f'{a}={M}, ' for a in names)}*{more}, **{named}):",
+            f"    if {more} or {named}{''.join(f' or {a} is {M}' for a in names)}:",
+            f"        return {n['_arity']}(({', '.join(names)}{',' if len(names) == 1 else ''}), {more}, {named})"]
+    kinds = [f"{inst}({p.name}, {n['Tensor']})" + (" and not " + p.name + ".shape" if not p.rank else "")
+             if p.kind == "tensor" else f"{inst}({p.name}, {n['int']}) and not {inst}({p.name}, {n['bool']})"
              for p in signature]
     lines += _all(kinds)
     unpack = [f"{', '.join(p.dims)}, = {p.name}.shape" for p in signature if p.kind == "tensor" and p.rank]
     if unpack:
-        lines += ["    try:", *(f"        {u}" for u in unpack), "    except ValueError:", "        return False"]
+        lines += ["    try:", *(f"        {u}" for u in unpack), f"    except {n['ValueError']}:", "        return False"]
     lines += _all(list(static))
-    return "\n".join(lines + _body(texts, divides, "    "))
+    return "\n".join(lines + _body(texts, divides, "    ", n))
 
 
 def _all(conditions: list[str]) -> list[str]:
@@ -73,7 +103,8 @@ def _all(conditions: list[str]) -> list[str]:
 
 def check_dims_source(texts: Sequence[str], dims: Sequence[str], divides: bool) -> str:
     """Source of `check_dims(<dims>)` over explicit dim values."""
-    return "\n".join([f"def check_dims({', '.join(dims)}):"] + _body(texts, divides, "    "))
+    n = _aliases(dims)
+    return "\n".join(_prelude(n) + [f"def check_dims({', '.join(dims)}):"] + _body(texts, divides, "    ", n))
 
 
 class _Missing:

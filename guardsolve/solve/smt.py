@@ -112,7 +112,7 @@ def z3_rules(var: Vars, facts: list[z3.BoolRef], skip: frozenset[int] = frozense
         Op.INT_CONST: lambda *, val: z3.IntVal(val, var.ctx),
         Op.BOOL_CONST: lambda *, val: z3.BoolVal(val, var.ctx),
         Op.INT_PLACEHOLDER: lambda *, name: var(name),
-        Op.INT_ARG: lambda *, name: var(name),
+        Op.INT_ARG: lambda *, name, val=None: var(name),
         Op.INT_ADD: lambda a, b: a + b,
         Op.INT_SUB: lambda a, b: a - b,
         Op.INT_MUL: lambda a, b: a * b,
