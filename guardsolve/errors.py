@@ -40,7 +40,9 @@ class GraphError(GuardsolveError):
     def __init__(self, message: str, node: "Node | None" = None, index: int | None = None):
         where = ""
         if node is not None:
-            where = f"node {index} `{node}`: " if index is not None else f"node `{node}`: "
+            line = getattr(node, "meta", {}).get("line")  # NOTE: a parsed node knows its line
+            at = f" (line {line})" if isinstance(line, int) else ""
+            where = f"node {index}{at} `{node}`: " if index is not None else f"node{at} `{node}`: "
         super().__init__(where + message)
         self.node = node
         self.index = index

@@ -105,6 +105,7 @@ def test_validation_errors_name_the_node(text: str, error: type, fragment: str) 
         g.validate()
     assert fragment in str(info.value)
     assert info.value.node is not None and str(info.value.node) in str(info.value)
+    assert f"(line {info.value.node.meta['line']})" in str(info.value)  # NOTE: the file's line, 1-based
 
 
 def test_unknown_op_on_a_built_node() -> None:
