@@ -185,6 +185,8 @@ def test_check_exit_codes(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[
      "unknown dim 'c0'"),
     (["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims", "a0=1"],
      "no value for dim 'b0'"),
+    (["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims", "a0=-2,b0=-2"],
+     "--dims a0=-2: a size is >= 0"),
     (["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dynamic", "z9"],
      "unknown dim 'z9' in dynamic"),
     (["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims"], None),

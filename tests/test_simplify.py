@@ -349,3 +349,11 @@ def test_int_arg_with_its_traced_value_in_a_guard_graph() -> None:
                               "bool_bailout(i1, expect=True)"))
     assert [c.text for c in gs.constraints] == ["n <= a0"]
     assert gs.verify().equivalent
+
+
+def test_check_dims_names_a_negative_size() -> None:
+    gs = simplify(Graph.parse("a0 = int_placeholder(name=a0)\nn = int_arg(name=n)\ni0 = int_le(n, a0)\n"
+                              "bool_bailout(i0, expect=True)"))
+    assert gs.check_dims({"a0": 2, "n": -5}) and not gs.check_dims({"a0": 2, "n": 3})
+    with pytest.raises(InputMismatchError, match="negative sizes: a0=-2"):
+        gs.check_dims({"a0": -2, "n": -5})

@@ -335,6 +335,9 @@ def new_dims(gs: Any, dims: Sequence[str], shapes: Sequence[str]) -> dict[str, i
     unknown = [d for d in out if d not in gs.dims]
     if unknown:
         raise TargetError(f"unknown dim {unknown[0]!r} (dims: {', '.join(gs.dims)})")
+    negative = [d for d in out if d in gs.sizes and out[d] < 0]
+    if negative:
+        raise TargetError(f"--dims {negative[0]}={out[negative[0]]}: a size is >= 0 (only int arguments may be negative)")
     missing = [d for d in gs.dims if d not in out]
     if missing:
         raise TargetError(f"no value for dim {missing[0]!r}: give --dims {missing[0]}=N")

@@ -164,7 +164,7 @@ class GuardSet:
         raise InputMismatchError(f"check takes the traced inputs ({', '.join(self.params or ())}): {'; '.join(why)}")
 
     def check_dims(self, dims: Mapping[str, int]) -> bool:
-        """Do explicit dim values satisfy the guards? Every dim must be given."""
+        """Do explicit dim values satisfy the guards? Every dim must be given, sizes `>= 0`."""
         missing = [d for d in self.dims if d not in dims]
         unknown = [d for d in dims if d not in self.dims]
         if missing or unknown:
@@ -172,6 +172,10 @@ class GuardSet:
                 (f"missing dims: {', '.join(missing)}" if missing else "")
                 + ("; " if missing and unknown else "")
                 + (f"unknown dims: {', '.join(unknown)} (known: {', '.join(self.dims)})" if unknown else ""))
+        negative = [d for d in self.dims if d in self.sizes and dims[d] < 0]
+        if negative:
+            raise InputMismatchError(f"negative sizes: {', '.join(f'{d}={dims[d]}' for d in negative)}"
+                                     " (a tensor's sizes are >= 0; only int arguments may be negative)")
         return self._check_dims(**dims)
 
     def _bind(self, args: Sequence[Any]) -> dict[str, Any] | None:
