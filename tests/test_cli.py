@@ -190,6 +190,7 @@ def test_check_exit_codes(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[
     (["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dynamic", "z9"],
      "unknown dim 'z9' in dynamic"),
     (["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims"], None),
+    (["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--timeout-ms", "0"], None),
 ])
 def test_unknown_dims(argv: list[str], fragment: str | None, capsys: pytest.CaptureFixture[str],
                       monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,12 +26,23 @@ from typing import Sequence
 from guardsolve.errors import GuardsolveError
 
 
+def _positive(text: str) -> int:
+    """A whole number of milliseconds, at least 1 (z3 reads 0 as "no limit")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} should be at least 1")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     # NOTE: SUPPRESS keeps a subcommand's default from overriding `guardsolve --debug CMD`.
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show Python tracebacks on errors")
-    common.add_argument("--timeout-ms", type=int, default=5000, help="per solver call (default 5000)")
+    common.add_argument("--timeout-ms", type=_positive, default=5000, help="per solver call (default 5000)")
     common.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="processes for a large guard graph's independent parts (default: the cores "
                              "this process may use, capped by GUARDSOLVE_JOBS; 1: this process only)")
