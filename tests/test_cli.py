@@ -446,3 +446,19 @@ def test_export_check_errors_are_one_line(tmp_path: pathlib.Path, capsys: pytest
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and fragment in err, err
+
+
+def test_check_takes_new_int_arguments(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--int` gives a saved trace's new int arguments, as `--shape` its new shapes; `--at k=V`
+    a function target's."""
+    (tmp_path / "dd.py").write_text("def h(x, k: int):\n    return x.reshape(k, -1)\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["trace", "dd.py:h", "--shape", "x=4,6", "--int", "k=2", "-o", "h.gs"]) == 0
+    assert main(["check", "h.gs", "--shape", "x=6,4", "--int", "k=3"]) == 0
+    assert main(["check", "h.gs", "--shape", "x=6,4", "--int", "k=5"]) == 1
+    assert "guard failed: x0 % k == 0 (x0=6, k=5)" in capsys.readouterr().out
+    assert main(["check", "dd.py:h", "--shape", "x=4,6", "--int", "k=2", "--at", "x=6,4", "--at", "k=-3"]) == 1
+    assert "k >= 1 (k=-3)" in capsys.readouterr().out
+    assert main(["check", "dd.py:h", "--shape", "x=4,6", "--int", "k=2", "--at", "y=6,4"]) == 2
+    assert "(tensors: x)" in capsys.readouterr().err

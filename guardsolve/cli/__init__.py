@@ -164,7 +164,7 @@ def _check(args: argparse.Namespace) -> int:
 
     loaded = _load(args)
     gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms, jobs=args.jobs)
-    shapes = args.at + (args.shape if loaded.from_file else [])
+    shapes = args.at + (args.shape + args.int if loaded.from_file else [])  # NOTE: a saved trace's new inputs
     dims = new_dims(gs, args.dims, shapes)
     failed = gs.first_failure(dims)
     if failed is None:

@@ -321,10 +321,16 @@ def new_dims(gs: Any, dims: Sequence[str], shapes: Sequence[str]) -> dict[str, i
             out[name.strip()] = number
     by_param = {p.name: p for p in gs.signature or ()}
     for spec in shapes:
+        p = by_param.get(spec.partition("=")[0].strip())
+        if p is not None and p.kind == "int":  # NOTE: `--at k=3` (or `--int k=3` for a saved trace): a new int
+            if p.dims[0] in out:
+                raise TargetError(f"--at {spec!r}: {p.dims[0]!r} is given twice")
+            out[p.dims[0]] = parse_int(spec)[1]
+            continue
         name, shape = parse_shape(spec)
-        p = by_param.get(name)
         if p is None or p.kind != "tensor":
-            known = ", ".join(by_param) or "none (a guard graph has no tensors)"
+            known = ", ".join(q.name for q in by_param.values() if q.kind == "tensor") or \
+                "none (a guard graph has no tensors)"
             raise TargetError(f"--shape/--at names unknown tensor {name!r} (tensors: {known})")
         if len(shape) != p.rank:
             raise TargetError(f"{name} was traced at rank {p.rank}; {list(shape)} has rank {len(shape)}")
