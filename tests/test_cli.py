@@ -462,3 +462,19 @@ def test_check_takes_new_int_arguments(tmp_path: pathlib.Path, capsys: pytest.Ca
     assert "k >= 1 (k=-3)" in capsys.readouterr().out
     assert main(["check", "dd.py:h", "--shape", "x=4,6", "--int", "k=2", "--at", "y=6,4"]) == 2
     assert "(tensors: x)" in capsys.readouterr().err
+
+
+def test_a_reader_that_stops_early_is_no_error(tmp_path: pathlib.Path) -> None:
+    """`guardsolve report big.gg | head`: exit 141 (as a shell's tools do), nothing on stderr."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from workloads import scale_guard_graph
+
+    big = tmp_path / "big.gg"
+    big.write_text(str(scale_guard_graph(3000)))
+    proc = subprocess.Popen([sys.executable, "-m", "guardsolve", "report", str(big), "--jobs", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"target:")
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141 and err == ""

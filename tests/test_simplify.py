@@ -357,3 +357,28 @@ def test_check_dims_names_a_negative_size() -> None:
     assert gs.check_dims({"a0": 2, "n": -5}) and not gs.check_dims({"a0": 2, "n": 3})
     with pytest.raises(InputMismatchError, match="negative sizes: a0=-2"):
         gs.check_dims({"a0": -2, "n": -5})
+
+
+def test_verify_goes_group_by_group_and_witnesses_break_only_their_guard() -> None:
+    """`verify` on a graph of many independent parts: one proof per part, and each witness
+    (its part's point with the other parts' models) fails its own constraint and no other."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from workloads import scale_guard_graph
+
+    gs = simplify(scale_guard_graph(400))
+    assert len(gs._groups()) > 10
+    cert = gs.verify()
+    assert cert.equivalent and cert.irredundant and len(cert.witnesses) == len(gs.constraints)
+    for c in gs.constraints:
+        w = cert.witnesses[c.text]
+        assert set(w) == set(gs.dims) and all(w[d] >= 0 for d in gs.sizes)
+        assert [o.text for o in gs.constraints if not eval(o.text, {}, dict(w))] == [c.text]
+    dropped = guardsolve.GuardSet(gs.constraints[1:], gs.graph, gs.dims, gs.sizes, None, set(), ())
+    with pytest.raises(VerificationError, match="the guard set does not imply the original bailouts"):
+        dropped.verify()
+    doubled = guardsolve.GuardSet(gs.constraints + gs.constraints[:1], gs.graph, gs.dims, gs.sizes, None, set(), ())
+    with pytest.raises(VerificationError, match="is implied by the other constraints"):
+        doubled.verify()

@@ -18,6 +18,7 @@ the traceback). `--help` and `--version` import neither torch nor z3.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -98,6 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(args, f"guardsolve: error: {e}", 2)
     except KeyboardInterrupt:
         return _fail(args, "guardsolve: interrupted", 130)
+    except BrokenPipeError:
+        # NOTE: the reader stopped early (`guardsolve report ... | head`): nothing is wrong; keep
+        # Python from complaining again when it flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as e:  # NOTE: a bug in guardsolve, still one line (the traceback with --debug)
         return _fail(args, f"guardsolve: internal error: {type(e).__name__}: {e} (rerun with --debug "
                            f"for the traceback, and please report it)", 3)

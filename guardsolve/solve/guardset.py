@@ -21,11 +21,15 @@ import z3
 from guardsolve.errors import InputMismatchError, VerificationError
 from guardsolve.guards.expr import Div
 from guardsolve.ir.graph import Graph
+from guardsolve.ir.ops import Op
 from guardsolve.ir.signature import Param
 from guardsolve.solve.codegen import MISSING, check_dims_source, check_source, compile_function
 from guardsolve.solve.constraint import Constraint
 from guardsolve.solve.smt import formula_to_z3, graph_to_z3, z3_vars
 from guardsolve.trace.static import NAMESPACE as STATIC_NAMESPACE, StaticGuard
+
+
+_DIM_OPS = frozenset({Op.INT_PLACEHOLDER, Op.INT_ARG})
 
 
 @dataclass
@@ -342,30 +346,94 @@ class GuardSet:
         """Prove with z3: equivalent to the original bailouts, and every constraint irredundant.
 
         Raises `VerificationError` with a counterexample when a proof fails (or is undecided).
+        NOTE: group by group (`_groups`: parts of the graph and of the guard set that share no
+        dim), so independent parts cost a solver call each, not one call over all of them. The
+        groups' variables are disjoint and each is satisfiable (its model is proved below), so
+        the proofs per group are the proofs for the whole, and a witness is the constraint's
+        group's point with the other groups' models.
         """
         ctx = z3.Context()
         var = z3_vars(ctx)
-        background = [var(d) >= 0 for d in self.dims if d in self.sizes]
-        original = graph_to_z3(self.graph, var)
         parts = [formula_to_z3(c.formula, var) for c in self.constraints]
-        mine = z3.And(parts) if parts else z3.BoolVal(True, ctx)
-        for premise, goal, what in ((original, mine, "the original bailouts do not imply the guard set"),
-                                    (mine, original, "the guard set does not imply the original bailouts")):
-            self._prove(ctx, background + [premise], goal, what, timeout_ms)
-        witnesses: dict[str, dict[str, int]] = {}
-        for i, c in enumerate(self.constraints):
-            others = [p for j, p in enumerate(parts) if j != i]
-            s = z3.Solver(ctx=ctx)
-            s.set("timeout", timeout_ms)
-            s.add(*background, *others, z3.Not(parts[i]))
-            r = s.check()
-            if r == z3.unsat:
-                raise VerificationError(f"`{c}` is implied by the other constraints")
-            if r == z3.unknown:
-                raise VerificationError(f"could not decide whether `{c}` is redundant: {s.reason_unknown()}")
-            m = s.model()
-            witnesses[c.text] = {d: m.eval(var(d), model_completion=True).as_long() for d in self.dims}
+        index = {id(n): i for i, n in enumerate(self.graph.nodes)}
+        from guardsolve.guards.shape import value_bailouts
+
+        skip = frozenset(value_bailouts(self.graph))
+        base: dict[str, int] = {d: 0 for d in self.dims}  # NOTE: a dim no guard mentions is free
+        found: list[tuple[int, dict[str, int]]] = []
+        for nodes, members, dims in self._groups():
+            background = [var(d) >= 0 for d in dims if d in self.sizes]
+            original = graph_to_z3(self.graph, var, nodes, skip, index)
+            mine = z3.And([parts[j] for j in members]) if members else z3.BoolVal(True, ctx)
+            for premise, goal, what in ((original, mine, "the original bailouts do not imply the guard set"),
+                                        (mine, original, "the guard set does not imply the original bailouts")):
+                self._prove(ctx, background + [premise], goal, what, timeout_ms)
+            base.update(self._model(ctx, background + [mine], dims, var, timeout_ms))
+            for i in members:
+                s = z3.Solver(ctx=ctx)
+                s.set("timeout", timeout_ms)
+                s.add(*background, *[parts[j] for j in members if j != i], z3.Not(parts[i]))
+                r = s.check()
+                c = self.constraints[i]
+                if r == z3.unsat:
+                    raise VerificationError(f"`{c}` is implied by the other constraints")
+                if r == z3.unknown:
+                    raise VerificationError(f"could not decide whether `{c}` is redundant: {s.reason_unknown()}")
+                m = s.model()
+                found.append((i, {d: m.eval(var(d), model_completion=True).as_long() for d in dims}))
+        witnesses = {self.constraints[i].text: {**base, **point} for i, point in sorted(found)}
         return Certificate(True, True, witnesses)
+
+    def _groups(self) -> list[tuple[list[int], list[int], list[str]]]:
+        """(graph nodes, constraint indices, dims) of each part of the graph and the guard set
+        that shares no dim with the others: `outline`'s components, joined where a constraint
+        spans two (it never should)."""
+        from guardsolve.guards.normalize import outline
+
+        comps = outline(self.graph).components
+        nodes = self.graph.nodes
+        parent = list(range(len(comps)))
+
+        def find(k: int) -> int:
+            while parent[k] != k:
+                parent[k] = k = parent[parent[k]]
+            return k
+
+        owner: dict[str, int] = {}
+        for k, comp in enumerate(comps):
+            for i in comp:
+                if nodes[i].op in _DIM_OPS:
+                    owner[nodes[i].params["name"]] = k
+        for c in self.constraints:
+            ks = {find(owner[d]) for d in c.dims if d in owner}
+            for k in ks:
+                parent[k] = min(ks)
+        groups: dict[int, tuple[list[int], list[int], list[str]]] = {}
+        for k, comp in enumerate(comps):
+            g = groups.setdefault(find(k), ([], [], []))
+            g[0].extend(comp)
+            g[2].extend(nodes[i].params["name"] for i in comp if nodes[i].op in _DIM_OPS)
+        for j, c in enumerate(self.constraints):
+            k = next((owner[d] for d in c.dims if d in owner), None)
+            if k is None:  # NOTE: a constraint over no input dim: checked with the first group
+                k = 0 if comps else None
+            if k is None:
+                groups.setdefault(-1, ([], [], []))[1].append(j)
+            else:
+                groups.setdefault(find(k), ([], [], []))[1].append(j)
+        return [(sorted(set(n)), m, d) for n, m, d in groups.values()]
+
+    @staticmethod
+    def _model(ctx: z3.Context, facts: list[Any], dims: Sequence[str], var: Any, timeout_ms: int) -> dict[str, int]:
+        s = z3.Solver(ctx=ctx)
+        s.set("timeout", timeout_ms)
+        s.add(*facts)
+        r = s.check()
+        if r != z3.sat:
+            raise VerificationError(f"could not find a point where the guards hold ({r}"
+                                    f"{': ' + s.reason_unknown() if r == z3.unknown else ''})")
+        m = s.model()
+        return {d: m.eval(var(d), model_completion=True).as_long() for d in dims}
 
     @staticmethod
     def _prove(ctx: z3.Context, premises: list[Any], goal: Any, what: str, timeout_ms: int) -> None:

@@ -132,13 +132,19 @@ def z3_rules(var: Vars, facts: list[z3.BoolRef], skip: frozenset[int] = frozense
     }, enter)
 
 
-def graph_to_z3(graph: Graph, var: Vars) -> z3.BoolRef:
-    """The exact acceptance condition of a guard graph: all shape bailouts hold, no division by 0."""
+def graph_to_z3(graph: Graph, var: Vars, nodes: Sequence[int] | None = None,
+                skip: frozenset[int] | None = None, index: dict[int, int] | None = None) -> z3.BoolRef:
+    """The exact acceptance condition of a guard graph: all shape bailouts hold, no division by 0.
+
+    `nodes`: of these nodes only (closed under inputs, as `outline`'s components); then pass
+    the whole graph's data-dependent bailouts (`skip`) and `index` (id of a node -> its index).
+    """
     from guardsolve.guards.shape import value_bailouts
 
     facts: list[z3.BoolRef] = []
-    index = {id(n): i for i, n in enumerate(graph.nodes)}
-    interpret(graph, z3_rules(var, facts, frozenset(value_bailouts(graph)), index))
+    index = index if index is not None else {id(n): i for i, n in enumerate(graph.nodes)}
+    skip = skip if skip is not None else frozenset(value_bailouts(graph))
+    interpret(graph, z3_rules(var, facts, skip, index), validate=nodes is None, nodes=nodes)
     return z3.And(facts) if facts else z3.BoolVal(True, var.ctx)
 
 
