@@ -23,7 +23,7 @@ from guardsolve.errors import (
 )
 from guardsolve.ir.node import Node
 from guardsolve.ir.aten import resolve
-from guardsolve.ir.ops import SPECS, Args, Ints, Kwargs, Number, Op, OpName, Type
+from guardsolve.ir.ops import DIM_OPS, SPECS, Args, Ints, Kwargs, Number, Op, OpName, Type
 from guardsolve.ir.parse import parse_nodes
 
 _NO_META: Mapping[str, Any] = MappingProxyType({})
@@ -234,7 +234,7 @@ class Graph:
         plain = _PLAIN
         for i, n in enumerate(self.nodes):
             op = n.op
-            if op in _DIMS and not _new_dim(dims, n.params.get("name"), i):
+            if op in DIM_OPS and not _new_dim(dims, n.params.get("name"), i):
                 raise DuplicateNameError("an input dim is defined twice", n, i)
             shape = plain.get(op)  # type: ignore[call-overload]
             if shape is not None:
@@ -273,7 +273,7 @@ class Graph:
                 if o in defined_at:
                     raise DuplicateNameError(f"name {o!r} is already defined by node {defined_at[o]}", n, i)
                 defined_at[o] = i
-            if n.op in _DIMS and not _new_dim(dims, n.params.get("name"), i):
+            if n.op in DIM_OPS and not _new_dim(dims, n.params.get("name"), i):
                 d = n.params["name"]
                 raise DuplicateNameError(f"dim {d!r} is already an input, of node {dims[d]}", n, i)
         types: dict[str, Type] = {}
@@ -281,16 +281,11 @@ class Graph:
             types.update(_check_node(n, i, types, defined_at))
 
 
-_DIMS = frozenset({Op.INT_PLACEHOLDER, Op.INT_ARG})  # NOTE: each names an input dim, once
-
-
 def _new_dim(dims: dict[Any, int], name: Any, i: int) -> bool:
     """Record input dim `name` at node i; False if another node already has it."""
     if not isinstance(name, str):
         return True  # NOTE: not a name at all: the node's own check says so
-    if dims.setdefault(name, i) != i:
-        return False
-    return True
+    return dims.setdefault(name, i) == i
 
 
 # op -> (input types, params, outputs) of the ops `validate` checks quickly: no variadic or optional part

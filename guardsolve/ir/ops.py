@@ -119,6 +119,7 @@ BOOL_LOGIC = frozenset({Op.BOOL_NOT, Op.BOOL_AND, Op.BOOL_OR})
 # The seed notebook's elementwise prims (no implicit broadcasting: the trace expands first).
 TENSOR_ELEMENTWISE = frozenset({Op.VAR_ADD, Op.VAR_MUL})
 PLACEHOLDERS = frozenset({Op.INT_PLACEHOLDER, Op.INT_ARG, Op.VAR_PLACEHOLDER})
+DIM_OPS = frozenset({Op.INT_PLACEHOLDER, Op.INT_ARG})  # each names one input dim of a guard graph (`name=`)
 # Ops that may appear in a guard graph (the result of guard_graph or a parsed guard file).
 GUARD_OPS = INT_ARITH | INT_COMPARE | BOOL_LOGIC | {
     Op.BOOL_BAILOUT, Op.BOOL_CONST, Op.INT_CONST, Op.INT_PLACEHOLDER, Op.INT_ARG, Op.BOOL_OPAQUE,

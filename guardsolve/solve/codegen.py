@@ -54,12 +54,12 @@ def _prelude(n: dict[str, str]) -> list[str]:
     return [f"{alias} = {name}" for name, alias in n.items() if alias != name and name not in ("_more", "_named")]
 
 
-def _body(texts: Sequence[str], divides: bool, indent: str, n: dict[str, str] | None = None) -> list[str]:
+def _body(texts: Sequence[str], divides: bool, indent: str, n: dict[str, str]) -> list[str]:
     expr = " and ".join(f"({t})" for t in texts) if texts else "True"
     if not divides:
         return [f"{indent}return {expr}"]
     # NOTE: the guard graph raises on a zero divisor, i.e. rejects the input; so do we.
-    return [f"{indent}try:", f"{indent}    return {expr}", f"{indent}except {(n or {}).get('ZeroDivisionError', 'ZeroDivisionError')}:",
+    return [f"{indent}try:", f"{indent}    return {expr}", f"{indent}except {n['ZeroDivisionError']}:",
             f"{indent}    return False"]
 
 

@@ -21,15 +21,12 @@ import z3
 from guardsolve.errors import InputMismatchError, VerificationError
 from guardsolve.guards.expr import Div
 from guardsolve.ir.graph import Graph
-from guardsolve.ir.ops import Op
+from guardsolve.ir.ops import DIM_OPS
 from guardsolve.ir.signature import Param
 from guardsolve.solve.codegen import MISSING, check_dims_source, check_source, compile_function
 from guardsolve.solve.constraint import Constraint
 from guardsolve.solve.smt import formula_to_z3, graph_to_z3, z3_vars
 from guardsolve.trace.static import NAMESPACE as STATIC_NAMESPACE, StaticGuard
-
-
-_DIM_OPS = frozenset({Op.INT_PLACEHOLDER, Op.INT_ARG})
 
 
 @dataclass
@@ -402,7 +399,7 @@ class GuardSet:
         owner: dict[str, int] = {}
         for k, comp in enumerate(comps):
             for i in comp:
-                if nodes[i].op in _DIM_OPS:
+                if nodes[i].op in DIM_OPS:
                     owner[nodes[i].params["name"]] = k
         for c in self.constraints:
             ks = {find(owner[d]) for d in c.dims if d in owner}
@@ -412,15 +409,11 @@ class GuardSet:
         for k, comp in enumerate(comps):
             g = groups.setdefault(find(k), ([], [], []))
             g[0].extend(comp)
-            g[2].extend(nodes[i].params["name"] for i in comp if nodes[i].op in _DIM_OPS)
+            g[2].extend(nodes[i].params["name"] for i in comp if nodes[i].op in DIM_OPS)
         for j, c in enumerate(self.constraints):
-            k = next((owner[d] for d in c.dims if d in owner), None)
-            if k is None:  # NOTE: a constraint over no input dim: checked with the first group
-                k = 0 if comps else None
-            if k is None:
-                groups.setdefault(-1, ([], [], []))[1].append(j)
-            else:
-                groups.setdefault(find(k), ([], [], []))[1].append(j)
+            # NOTE: a constraint over no input dim is checked with the first group (or alone)
+            k = next((owner[d] for d in c.dims if d in owner), 0 if comps else None)
+            groups.setdefault(find(k) if k is not None else -1, ([], [], []))[1].append(j)
         return [(sorted(set(n)), m, d) for n, m, d in groups.values()]
 
     @staticmethod
