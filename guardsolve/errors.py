@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:
@@ -88,6 +89,56 @@ class UnsupportedOpError(TraceError):
         super().__init__(f"{op}: {reason}" + (f" — {where}" if where else ""))
         self.op = op
         self.reason = reason
+
+
+class EagerError(TraceError):
+    """The program fails in eager PyTorch itself, and so does its trace: raised as eager's own
+    exception type (a subclass of it and of `TraceError`), with eager's message and the user's
+    line appended, so `except RuntimeError` catches it where it catches eager's.
+
+    >>> e = eager_error(RuntimeError("The size of tensor a (3) must match"), " — f.py:2")
+    >>> isinstance(e, RuntimeError), isinstance(e, TraceError), str(e)
+    (True, True, 'The size of tensor a (3) must match — f.py:2')
+    >>> import pickle
+    >>> type(pickle.loads(pickle.dumps(e))).__mro__[1] is RuntimeError
+    True
+    """
+
+    eager_type: type[Exception] = Exception
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild_eager, (self.eager_type, self.args, self.__dict__)
+
+
+@functools.lru_cache(maxsize=None)
+def _eager_type(base: type[Exception]) -> type[EagerError]:
+    """The exception class for eager's `base`: named as it is, a subclass of both."""
+    cls = type(base.__name__, (base, EagerError), {"__module__": base.__module__, "eager_type": base})
+    cls.__qualname__ = getattr(base, "__qualname__", base.__name__)
+    return cls
+
+
+def _rebuild_eager(base: type[Exception], args: tuple[Any, ...], state: dict[str, Any]) -> Exception:
+    cls = _eager_type(base)
+    e = Exception.__new__(cls)
+    e.args = args
+    e.__dict__.update(state)
+    return e
+
+
+def eager_error(e: Exception, where: str = "") -> Exception:
+    """`e`, which eager PyTorch raised, as the error of a trace: same type and message, the
+    user's line (`where`) appended. A guardsolve error, or a type that cannot be subclassed or
+    built from one message, comes back as it is."""
+    if isinstance(e, GuardsolveError):
+        return e
+    try:
+        cls = _eager_type(type(e))
+        new = cls(f"{e}{where}")
+    except Exception:
+        return e
+    new.__dict__.update(getattr(e, "__dict__", {}))
+    return new
 
 
 class DataDependentError(TraceError):

@@ -13,6 +13,7 @@ torch.Size([2, 4])
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable
 
@@ -35,6 +36,12 @@ _CPP_SYMINT = frozenset({
     torch.ops.aten.zeros.default, torch.ops.aten.detach.default,
     torch.ops.aten.view_as_real.default, torch.ops.aten.view_as_complex.default,
 })
+
+
+@functools.lru_cache(maxsize=None)
+def takes_device(func: Any) -> bool:
+    """Does the op take a `device` argument (a factory)? Its shape rule then runs on meta."""
+    return any(a.name == "device" and a.kwarg_only for a in func._schema.arguments)
 
 
 def _prefers_kernel(func: Any) -> bool:
@@ -73,10 +80,14 @@ class ShapeRules(TorchDispatchMode):
             out = _fast(func, args, kwargs)
             if out is not None:
                 return out
+        if takes_device(func) and kwargs.get("device") != _META:
+            # NOTE: a factory inside a decomposition (`nll_loss`'s `arange`) makes a stand-in too
+            kwargs = {**kwargs, "device": _META}
         check = _EAGER_CHECKS.get(func)
         if check is not None:
             check(*args, **kwargs)
-        meta = meta_table.get(func) or OWN_META.get(func)
+        own = OWN_META.get(func)
+        meta = own(self.rec) if own is not None else meta_table.get(func)
         if meta is not None:
             with self:
                 return meta(*args, **kwargs)
@@ -93,6 +104,7 @@ class ShapeRules(TorchDispatchMode):
 
 
 _aten = torch.ops.aten
+_META = torch.device("meta")
 _KIND = ELEMENTWISE_TYPE_PROMOTION_KIND
 # FakeTensor's fast path for binary pointwise ops (`fake_impls.get_fast_op_impls`): broadcast the
 # shapes; when an operand has the result's shape and all are contiguous, the result is a
@@ -287,10 +299,49 @@ def _resize_in_place(x: torch.Tensor, sizes: Any, memory_format: Any = None) -> 
     return x
 
 
+def _lstm(rec: Recorder | None) -> Callable[..., Any]:
+    """`lstm.input`'s decomposition, taking eager's route on the CPU.
+
+    PyTorch's `lstm_impl` picks `mkldnn_rnn_layer` (one op for the whole sequence) only for
+    tensors on the CPU, so on meta tensors it unrolls the time steps and pins the sequence
+    length. Eager's CPU kernel runs mkldnn for float and bfloat16 inputs without projections or
+    grad, the decomposition's own conditions; the device is the eager output's (CPU when a
+    saved trace is replayed).
+    """
+
+    def rule(input: torch.Tensor, hx: Any, params: Any, has_biases: bool, num_layers: int, dropout: float,
+             train: bool, bidirectional: bool, batch_first: bool) -> Any:
+        try:
+            from torch._decomp import decompositions as d
+
+            gather, helper, mkldnn, plain = (d.gather_params, d._rnn_helper, d.mkldnn_one_layer_lstm,
+                                             d.one_layer_lstm)
+        except AttributeError as e:  # pragma: no cover - a torch outside the pinned range
+            raise UnsupportedOpError("aten.lstm.input", f"torch {torch.__version__} moved its lstm "
+                                     f"decomposition ({e}); guardsolve is tested on 2.13") from e
+        real = rec.real if rec is not None else None
+        device = real[0].device if isinstance(real, tuple) and isinstance(real[0], torch.Tensor) else torch.device("cpu")
+        projections = hx[0].size(2) != hx[1].size(2)
+        tensors = [input, *hx, *params]
+        eager_mkldnn = (torch._C._get_mkldnn_enabled() and device.type == "cpu" and not projections
+                        and all(t.dtype in (torch.float, torch.bfloat16) for t in tensors)
+                        and not input.requires_grad)
+        gathered = gather(params, has_biases, projections)
+        hidden = list(zip(hx[0], hx[1]))
+        out, final = helper(input, hidden, gathered, has_biases, num_layers, dropout, train, bidirectional,
+                            batch_first, mkldnn if eager_mkldnn else plain)
+        final = list(zip(*final))
+        return out, torch.stack(final[0], 0), torch.stack(final[1], 0)
+
+    return rule
+
+
 # Ops whose only meta kernel is C++ code that fails over symbolic sizes (FakeTensor gets past it
-# by running the kernel on its own subclass): the same rule in Python, checks included.
-OWN_META: dict[Any, Callable[..., Any]] = {
-    _aten.fractional_max_pool3d.default: _fractional_max_pool3d,
+# by running the kernel on its own subclass), or whose decomposition on meta takes another route
+# than eager's kernel: the same rule in Python, checks included. Each entry takes the recorder.
+OWN_META: dict[Any, Callable[[Recorder | None], Callable[..., Any]]] = {
+    _aten.fractional_max_pool3d.default: lambda rec: _fractional_max_pool3d,
+    _aten.lstm.input: _lstm,
 }
 # Rules for an op user code calls on a traced tensor (`shape_rule`'s own op), not for the same op
 # inside another's rule (meta kernels resize their own meta outputs: `_fft_r2c`'s).
@@ -354,6 +405,10 @@ def _item(rec: Recorder, x: torch.Tensor) -> Any:
     if x.is_complex():
         raise UnsupportedOpError("aten._local_scalar_dense.default", "a complex .item() does not trace")
     real, rec.real = rec.real, None
+    if real is not None and not isinstance(real, (int, float, bool)):
+        # NOTE: a decomposition reading its argument's data: the traced op's eager output is not
+        # this value (the tracer decomposes such an op over the traced tensors instead)
+        raise RuntimeError("a decomposition reads tensor data on meta tensors")
     kind = bool if x.dtype is torch.bool else float if x.is_floating_point() else int
     node = rec.unbacked("", 8192, ITEM_DATA)
     node.pytype, node.hint = kind, kind(real) if real is not None else kind(8192)

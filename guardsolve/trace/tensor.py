@@ -21,11 +21,12 @@ import torch
 from torch._ops import _len_torch_dispatch_stack_pre_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from guardsolve.errors import DataDependentError, GuardsolveError, TraceError, UnsupportedOpError
+from guardsolve.errors import DataDependentError, GuardsolveError, TraceError, UnsupportedOpError, eager_error
 from guardsolve.ir.aten import Ref, qualified_name, refs
 from guardsolve.ir.flat import flatten, unflatten
 from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Args, Kwargs, Op, OpName
+from guardsolve.guards.rules import takes_device
 from guardsolve.guards.symbolic import Recorder, SymGuard
 
 
@@ -145,6 +146,8 @@ class TracingMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         rec = self.rec
+        if func is _aten.item.default:  # NOTE: its whole decomposition; below autograd it arrives whole
+            func = _aten._local_scalar_dense.default
         outer = rec.depth == 0
         if outer:
             rec.loc = rec.location()
@@ -206,10 +209,12 @@ class TracingMode(TorchDispatchMode):
                                      self._where())
         real_args, real_kwargs = unflatten(real_flat, spec)
         try:
-            with _outside_modes(), _threads_for(real_flat):  # NOTE: an enclosing trace must not see our inner work
+            # NOTE: an enclosing trace must not see our inner work, and eager's kernels run as
+            # eager picks them (no Python decompositions: `lstm`'s takes mkldnn at batch 0)
+            with _outside_modes(), _eager_dispatch(), _threads_for(real_flat):
                 real_out = func(*real_args, **real_kwargs)
         except Exception as e:
-            raise TraceError(f"{qualified_name(func)} failed in eager PyTorch: {e}{self._at()}") from e
+            raise eager_error(e, self._at()) from e
         if not traced:
             return real_out
         if func in _LAYOUT_OPS:
@@ -228,6 +233,14 @@ class TracingMode(TorchDispatchMode):
         except GuardsolveError:
             raise
         except Exception as e:
+            if _decomposable(func):
+                # NOTE: a CompositeImplicit op whose decomposition fails on meta tensors (it reads
+                # an argument's data: `narrow(x, 0, t, 2)`, `tensor_split(x, t)`) decomposes
+                # here instead, over the traced tensors: its parts are traced ops (eager's own
+                # kernels, as its eager composite calls them)
+                self.rec.real = None
+                with self:
+                    return func.decompose(*args, **kwargs)
             from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
             if (isinstance(e, (DataDependentOutputException, DynamicOutputShapeException))
@@ -429,18 +442,29 @@ def _threads_for(real_flat: list[Any]) -> Any:
     return _one_thread() if small else _NO_MODES
 
 
+@functools.lru_cache(maxsize=None)
+def _decomposable(func: Any) -> bool:
+    """Is `func` a CompositeImplicit op (no kernel of its own for the CPU)?"""
+    name = func.name()
+    return (func._can_decompose()
+            and not torch._C._dispatch_has_kernel_for_dispatch_key(name, torch._C.DispatchKey.CPU)
+            and not torch._C._dispatch_has_kernel_for_dispatch_key(name, torch._C.DispatchKey.CompositeExplicitAutograd))
+
+
+def _eager_dispatch() -> Any:
+    """PyTorch's Python dispatcher off (its Python decompositions are shape rules, not eager's
+    kernels), when it is on: a trace inside `make_fx` or another tracer."""
+    if torch._C._dispatch_tls_is_dispatch_key_included(torch._C.DispatchKey.PythonDispatcher):
+        return torch._C._DisablePythonDispatcher()
+    return _NO_MODES
+
+
 def _outside_modes() -> Any:
     """`_disable_current_modes()`, without its cost (~14 us: imports and a generator) when no
     dispatch mode is active, the usual case inside our own `__torch_dispatch__`."""
     if torch._C._len_torch_dispatch_stack() or _len_torch_dispatch_stack_pre_dispatch():
         return _disable_current_modes()
     return _NO_MODES
-
-
-@functools.lru_cache(maxsize=None)
-def takes_device(func: Any) -> bool:
-    """Does the op take a `device` argument (a factory)? Its shape rule then runs on meta."""
-    return any(a.name == "device" and a.kwarg_only for a in func._schema.arguments)
 
 
 def dtype_name(dtype: torch.dtype) -> str:

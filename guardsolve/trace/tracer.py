@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
-from torch._dispatch.python import enable_python_dispatcher
 from torch.utils._pytree import tree_map
 
 from guardsolve.errors import TraceError
@@ -133,7 +132,10 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
     args = [placeholder(rec, p, v, strided) for p, v in zip(signature, example_inputs)]
     rec.depth -= 1
     mode = TracingMode(rec, _module_names(fn))
-    with _presents_as_tracing(), enable_python_dispatcher(), mode:
+    # NOTE: below autograd, a CompositeImplicit op (`lstm`, `batch_norm`, `linear`) reaches the
+    # mode whole instead of as its decomposition: its eager value comes from the kernel eager
+    # dispatches to, and its decomposition runs on meta tensors only, for shapes and guards
+    with _presents_as_tracing(), torch._C._AutoDispatchBelowAutograd(), mode:
         result = call_user(fn, *args)
     out_spec = spec(result, rec)
     graph.meta["out_spec"] = out_spec
