@@ -342,7 +342,15 @@ def _lstm(rec: Recorder | None) -> Callable[..., Any]:
 OWN_META: dict[Any, Callable[[Recorder | None], Callable[..., Any]]] = {
     _aten.fractional_max_pool3d.default: lambda rec: _fractional_max_pool3d,
     _aten.lstm.input: _lstm,
+    _aten.item.default: lambda rec: lambda x: _item_checked(rec, x),
 }
+
+
+def _item_checked(rec: Recorder | None, x: torch.Tensor) -> Any:
+    """`item`: eager's check (one element), then `_local_scalar_dense` (`torch._refs.item`
+    runs `prims.item`, which has no rule on meta)."""
+    torch._check(x.numel() == 1, lambda: f"a Tensor with {x.numel()} elements cannot be converted to Scalar")
+    return _item(rec, x) if rec is not None else _aten._local_scalar_dense.default(x)
 # Rules for an op user code calls on a traced tensor (`shape_rule`'s own op), not for the same op
 # inside another's rule (meta kernels resize their own meta outputs: `_fft_r2c`'s).
 _TRACED_ONLY: dict[Any, Callable[..., Any]] = {
@@ -482,7 +490,7 @@ class RuleCache:
     def __call__(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         rec = self.rec
         # NOTE: two calls of a data-shaped op on the same shapes have different output sizes
-        key = None if func._schema.is_mutable or func in DATA_SHAPED or func is _aten._local_scalar_dense.default \
+        key = None if func._schema.is_mutable or func in DATA_SHAPED or func in (_aten._local_scalar_dense.default, _aten.item.default) \
             else _key(func, args, kwargs)
         hit = self.entries.get(key) if key is not None else None
         if hit is not None:

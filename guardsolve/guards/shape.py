@@ -33,7 +33,7 @@ def is_guard_graph(graph: Graph) -> bool:
     return all(n.op in GUARD_OPS for n in graph.nodes)
 
 
-_READS_DATA = "aten._local_scalar_dense.default"
+_READS_DATA = frozenset({"aten._local_scalar_dense.default", "aten.item.default"})
 
 
 def value_bailouts(graph: Graph) -> set[int]:
@@ -43,7 +43,7 @@ def value_bailouts(graph: Graph) -> set[int]:
     out: set[int] = set()
     for i, n in enumerate(graph.nodes):
         if (n.op in (Op.BOOL_OPAQUE, Op.VAR_TO_BOOL) or any(x in tainted for x in n.inputs)
-                or (n.op is Op.ATEN and n.params["fn"] == _READS_DATA)):
+                or (n.op is Op.ATEN and n.params["fn"] in _READS_DATA)):
             tainted.update(n.outputs)
             if n.op is Op.BOOL_BAILOUT:
                 out.add(i)

@@ -407,7 +407,9 @@ class SymGuard(SymNode):
         return self
 
     def str(self) -> str:
-        return str(self.hint) if self.const else str(self.g)
+        """What a message prints for this size: its value, as eager prints it (PyTorch formats
+        its checks' messages with `str(SymInt)`); the guard-graph name is internal."""
+        return str(self.hint)
 
     __str__ = str
 

@@ -32,7 +32,8 @@ from guardsolve.guards.symbolic import Recorder, SymGuard
 
 _aten = torch.ops.aten
 # Ops that hand tensor data to Python: a value bailout, or an error without value guards.
-_READS_DATA = {_aten._local_scalar_dense.default: ".item()", _aten.is_nonzero.default: "bool(tensor)",
+_ITEM = frozenset({_aten._local_scalar_dense.default, _aten.item.default})
+_READS_DATA = {_aten._local_scalar_dense.default: ".item()", _aten.item.default: ".item()", _aten.is_nonzero.default: "bool(tensor)",
                _aten.equal.default: "torch.equal"}
 _META = torch.device("meta")
 # Views that need compatible strides (eager raises otherwise): the trace holds only for inputs
@@ -146,8 +147,6 @@ class TracingMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         rec = self.rec
-        if func is _aten.item.default:  # NOTE: its whole decomposition; below autograd it arrives whole
-            func = _aten._local_scalar_dense.default
         outer = rec.depth == 0
         if outer:
             rec.loc = rec.location()
@@ -155,7 +154,9 @@ class TracingMode(TorchDispatchMode):
         try:
             # NOTE: without value guards `.item()` is an unbacked value (torch.export's too):
             # recorded, computed again by a replay, and any decision on it raises
-            if func in _READS_DATA and (rec.value_guards or func is not _aten._local_scalar_dense.default):
+            # NOTE: `item` arrives whole (below autograd): eager's kernel checks it has one element,
+            # and its rule (the composite over `_local_scalar_dense`) makes that a guard
+            if func in _READS_DATA and (rec.value_guards or func not in _ITEM):
                 return self._read_data(func, args, kwargs or {})
             return self._call(func, args, kwargs or {})
         finally:
@@ -326,13 +327,13 @@ class TracingMode(TorchDispatchMode):
             value = func(*real_args, **real_kwargs)
         rec = self.rec
         assert rec.trace is not None
-        probe = t if func is not _aten._local_scalar_dense.default else self._call(_aten.eq.Scalar, (t, value), {})
+        probe = t if func not in _ITEM else self._call(_aten.eq.Scalar, (t, value), {})
         if func is _aten.equal.default:
             probe = self._call(_aten.eq.Tensor, tuple(args), {})
             probe = self._call(_aten.all.default, (probe,), {})
         loc = rec.loc
         flag = rec.trace.emit(Op.VAR_TO_BOOL, (probe.tname,), meta={"loc": loc})
-        expect = True if func is _aten._local_scalar_dense.default else bool(value)
+        expect = True if func in _ITEM else bool(value)
         rec.trace.emit(Op.BOOL_BAILOUT, (flag,), meta={"loc": loc}, expect=expect)
         opaque = rec.guards.emit(Op.BOOL_OPAQUE, (), meta={"loc": loc}, name=flag)
         rec.g_bailout(opaque, expect, loc)

@@ -54,6 +54,7 @@ class Trace:
     out_spec: Any = None
     guards: Graph | None = None
     static: tuple[StaticGuard, ...] = ()
+    notes: tuple[str, ...] = ()
 
     def guard_graph(self) -> Graph:
         """The guard graph: the one recorded while tracing (equal to `guard_graph(self.graph)`)."""
@@ -135,8 +136,12 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
     # NOTE: below autograd, a CompositeImplicit op (`lstm`, `batch_norm`, `linear`) reaches the
     # mode whole instead of as its decomposition: its eager value comes from the kernel eager
     # dispatches to, and its decomposition runs on meta tensors only, for shapes and guards
-    with _presents_as_tracing(), torch._C._AutoDispatchBelowAutograd(), mode:
-        result = call_user(fn, *args)
+    notes: list[str] = []
+    try:
+        with _presents_as_tracing(), torch._C._AutoDispatchBelowAutograd(), mode:
+            result = call_user(fn, *args)
+    finally:
+        notes = scrub(fn)  # NOTE: also when the trace raises: the user's objects stay usable
     out_spec = spec(result, rec)
     graph.meta["out_spec"] = out_spec
     observed = rec.layout_observed or rec.strides_read
@@ -145,7 +150,8 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
                if p.kind == "tensor" and (observed or p.name in pinned)]
     guards = rec.guards.pruned()
     guards.meta["static"] = graph.meta["static"] = tuple(static)
-    return Trace(graph, unwrap(result), signature, fn, mode.constants, out_spec, guards, tuple(static))
+    return Trace(graph, unwrap(result), signature, fn, mode.constants, out_spec, guards, tuple(static),
+                 tuple(notes))
 
 
 def placeholder(rec: Recorder, p: Param, value: Any, strided: dict[str, str] | None = None) -> Any:
@@ -258,6 +264,70 @@ def is_traced(v: Any) -> bool:
     return isinstance(v, TracedTensor) or (isinstance(v, (torch.SymInt, torch.SymBool)) and v.node.is_symbolic())
 
 
+def _owners(fn: Any) -> list[tuple[str, torch.nn.Module]]:
+    """The modules a traced call may write to: `fn`'s module tree (or its bound `self`'s)."""
+    root = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+    if not isinstance(root, torch.nn.Module):
+        return []
+    return list(root.named_modules(remove_duplicate=True))
+
+
+def scrub(fn: Any) -> list[str]:
+    """Concrete values in place of traced ones in the module attributes a traced call set.
+
+    `forward` may keep a size or a tensor it computed (transformers' Swin sets
+    `self.window_size = min(input_resolution)`); left traced, every later eager call of the
+    module fails. Each such attribute (in a list, tuple, dict or `torch.Size` too), and each
+    buffer replaced by a traced tensor, gets the value eager would have left there: the
+    example's. Returns one note per attribute changed.
+
+    >>> import torch
+    >>> class Keeps(torch.nn.Module):
+    ...     def forward(self, x):
+    ...         self.width = x.shape[-1]
+    ...         return x * 2
+    >>> m = Keeps()
+    >>> t = trace(m, torch.ones(2, 3))
+    >>> type(m.width), m.width
+    (<class 'int'>, 3)
+    >>> print(t.notes[0])
+    width: set during the trace to a traced value; holds its value at the example inputs (3)
+    """
+    notes: list[str] = []
+    for path, m in _owners(fn):
+        where = f"{path}." if path else ""
+        for key, value in list(m.__dict__.items()):
+            if key in ("_parameters", "_modules"):
+                continue
+            if key == "_buffers":
+                for b, t in list(value.items()):
+                    if isinstance(t, TracedTensor):
+                        value[b] = t.eager
+                        notes.append(f"{where}{b}: a buffer set during the trace to a traced tensor; holds its "
+                                     "value at the example inputs")
+                continue
+            if _holds_traced(value):
+                concrete = unwrap(value)
+                m.__dict__[key] = concrete
+                shown = " ".join((repr(concrete) if not isinstance(concrete, torch.Tensor)
+                                  else f"a {list(concrete.shape)} tensor").split())
+                notes.append(f"{where}{key}: set during the trace to a traced value; holds its value at the "
+                             f"example inputs ({shown if len(shown) <= 60 else shown[:57] + '...'})")
+    return notes
+
+
+def _holds_traced(v: Any, depth: int = 0) -> bool:
+    if isinstance(v, TracedTensor):
+        return True
+    if isinstance(v, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+        return isinstance(v.node, SymGuard)
+    if depth < 4 and isinstance(v, (list, tuple)):
+        return any(_holds_traced(x, depth + 1) for x in v)
+    if depth < 4 and isinstance(v, dict):
+        return any(_holds_traced(x, depth + 1) for x in v.values())
+    return False
+
+
 def _module_names(fn: Any) -> dict[int, str]:
     if not isinstance(fn, torch.nn.Module):
         return {}
@@ -286,6 +356,8 @@ def unwrap(v: Any) -> Any:
             return x.eager
         if isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat)):
             return x.node.hint
+        if isinstance(x, torch.Size):
+            return torch.Size(concrete(s) for s in x)
         return x
 
     out = tree_map(concrete, v)
