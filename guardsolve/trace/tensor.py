@@ -134,6 +134,11 @@ class TracedTensor(torch.Tensor):
         return values
 
 
+# NOTE: PyTorch's argument parser names a wrong argument's type by its class name ("must be tuple
+# of Tensors, not Tensor"): a traced tensor is a Tensor to the user's code, and its errors read so.
+TracedTensor.__name__ = "Tensor"
+
+
 class TracingMode(TorchDispatchMode):
     """Sees every aten op while a trace runs: real result, PyTorch's shape rule, a trace node."""
 
