@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch._ops import _len_torch_dispatch_stack_pre_dispatch
+from torch.utils._pytree import tree_map
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from guardsolve.errors import DataDependentError, GuardsolveError, TraceError, UnsupportedOpError, eager_error
@@ -217,11 +218,16 @@ class TracingMode(TorchDispatchMode):
         try:
             # NOTE: an enclosing trace must not see our inner work, and eager's kernels run as
             # eager picks them (no Python decompositions: `lstm`'s takes mkldnn at batch 0)
-            with _outside_modes(), _eager_dispatch(), _threads_for(real_flat):
+            with _outside_modes(), _as_eager(), _threads_for(real_flat):
                 real_out = func(*real_args, **real_kwargs)
         except Exception as e:
             raise eager_error(e, self._at()) from e
         if not traced:
+            if func.is_view:
+                # NOTE: eager's view already carries its view metadata (ADInplaceOrView ran);
+                # the one PyTorch adds on our way out would clash: a fresh alias of it
+                with _outside_modes():
+                    return tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, real_out)
             return real_out
         if func in _LAYOUT_OPS:
             self.rec.layout_observed = True
@@ -457,12 +463,26 @@ def _decomposable(func: Any) -> bool:
             and not torch._C._dispatch_has_kernel_for_dispatch_key(name, torch._C.DispatchKey.CompositeExplicitAutograd))
 
 
-def _eager_dispatch() -> Any:
-    """PyTorch's Python dispatcher off (its Python decompositions are shape rules, not eager's
-    kernels), when it is on: a trace inside `make_fx` or another tracer."""
-    if torch._C._dispatch_tls_is_dispatch_key_included(torch._C.DispatchKey.PythonDispatcher):
-        return torch._C._DisablePythonDispatcher()
-    return _NO_MODES
+_K = torch._C.DispatchKey
+# NOTE: keys PyTorch excludes inside `__torch_dispatch__` (every key above Python) that change
+# what a kernel computes: lazy conjugate and negative bits, and zero tensors
+_EAGER_KEYS = (torch._C.DispatchKeySet(_K.Conjugate) | torch._C.DispatchKeySet(_K.Negative)
+               | torch._C.DispatchKeySet(_K.ZeroTensor) | torch._C.DispatchKeySet(_K.ADInplaceOrView))
+
+
+def _as_eager() -> Any:
+    """Eager's dispatch for a real call made from inside the mode.
+
+    Inside `__torch_dispatch__` PyTorch excludes every key above Python. An op that reaches us
+    whole (`fft_hfft2`, any CompositeImplicit op) runs its composite on the real tensors, and a
+    lazy conjugate it makes inside would never be resolved (wrong values), and an in-place update
+    of a view it makes inside would skip ADInplaceOrView (`rnn_tanh`: values off by 1e-7). The real call runs
+    with those keys back, and without PyTorch's Python dispatcher (its Python decompositions
+    are shape rules, not eager's kernels: `lstm`'s takes mkldnn at batch 0).
+    """
+    include = torch._C._dispatch_tls_local_include_set().remove(_K.PythonDispatcher)
+    exclude = torch._C._dispatch_tls_local_exclude_set() - _EAGER_KEYS
+    return torch._C._ForceDispatchKeyGuard(include, exclude)
 
 
 def _outside_modes() -> Any:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_map
 
-from guardsolve.errors import TraceError
+from guardsolve.errors import DataDependentError, TraceError, UnsupportedOpError, eager_error
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.ir.signature import Param, dim_names
@@ -100,9 +100,28 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     about a size is a `bool_bailout`. A decision on tensor data (`if x.sum() > 0`, `if t.item()`)
     raises `DataDependentError` unless `value_guards=True`, which records a value bailout
     instead; `.item()` alone is an unbacked value the trace records and a replay recomputes.
+
+    A trace that cannot go on (`DataDependentError`, `UnsupportedOpError`) runs `fn` eagerly
+    once on the same inputs: where eager raises, so does the trace, with eager's own error (the
+    user's program is wrong, whatever guardsolve could trace); the guardsolve error is its cause.
     """
-    with paused_gc():  # NOTE: placeholders and the trace are many small acyclic objects
-        return _trace(fn, example_inputs, value_guards)
+    try:
+        with paused_gc():  # NOTE: placeholders and the trace are many small acyclic objects
+            return _trace(fn, example_inputs, value_guards)
+    except (DataDependentError, UnsupportedOpError) as e:
+        failed = _eager_failure(fn, example_inputs)
+        if failed is not None:
+            raise eager_error(failed) from e
+        raise
+
+
+def _eager_failure(fn: Callable[..., Any], example_inputs: tuple[Any, ...]) -> Exception | None:
+    """The exception eager `fn(*example_inputs)` raises, or None."""
+    try:
+        fn(*example_inputs)
+    except Exception as e:
+        return e
+    return None
 
 
 def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards: bool) -> Trace:
