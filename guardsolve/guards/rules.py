@@ -336,12 +336,59 @@ def _lstm(rec: Recorder | None) -> Callable[..., Any]:
     return rule
 
 
+def _stand_in(t: Any) -> Any:
+    """A CPU tensor of `t`'s example sizes and dtype (for asking eager's kernel choice)."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    hint = [s.node.hint if isinstance(s, torch.SymInt) else s for s in t.shape]
+    return torch.empty(hint, dtype=t.dtype)
+
+
+def _sdpa(rec: Recorder | None) -> Callable[..., Any]:
+    """`scaled_dot_product_attention` as eager's CPU kernel runs it.
+
+    Its composite asks `_fused_sdp_choice`, which on meta tensors always answers "math" (a
+    dozen ops and ~60 more size decisions) while the CPU kernel takes the fused flash kernel
+    for plain float inputs. The choice is asked of CPU stand-ins at the example sizes; both
+    routes give the same output shape (`query`'s sizes with `value`'s last), so the choice
+    only decides which checks become guards: the fused kernel's, as in eager.
+    """
+
+    def rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any = None,
+             dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+             enable_gqa: bool = False) -> Any:
+        real = rec.real if rec is not None else None
+        on_cpu = real is None or (isinstance(real, torch.Tensor) and real.device.type == "cpu")
+        if on_cpu and not enable_gqa:
+            with _no_modes():
+                choice = _aten._fused_sdp_choice.default(
+                    *map(_stand_in, (query, key, value)), attn_mask=_stand_in(attn_mask), dropout_p=dropout_p,
+                    is_causal=is_causal, scale=scale)
+            if choice == _FLASH:
+                return _aten._scaled_dot_product_flash_attention_for_cpu.default(
+                    query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
+        return _aten.scaled_dot_product_attention.default.decompose(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+    return rule
+
+
+_FLASH = 1  # NOTE: `torch.nn.attention.SDPBackend.FLASH_ATTENTION`, as `_fused_sdp_choice` returns it
+
+
+def _no_modes() -> Any:
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    return _disable_current_modes()
+
+
 # Ops whose only meta kernel is C++ code that fails over symbolic sizes (FakeTensor gets past it
 # by running the kernel on its own subclass), or whose decomposition on meta takes another route
 # than eager's kernel: the same rule in Python, checks included. Each entry takes the recorder.
 OWN_META: dict[Any, Callable[[Recorder | None], Callable[..., Any]]] = {
     _aten.fractional_max_pool3d.default: lambda rec: _fractional_max_pool3d,
     _aten.lstm.input: _lstm,
+    _aten.scaled_dot_product_attention.default: _sdpa,
     _aten.item.default: lambda rec: lambda x: _item_checked(rec, x),
 }
 
