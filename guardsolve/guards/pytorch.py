@@ -168,5 +168,8 @@ def pytorch_guard_graph(graph: Graph, signature: tuple[Param, ...]) -> Graph:
     rec.depth = 1  # NOTE: everything is recorded into the guard graph only
     rec.guards.meta["signature"] = signature
     rec.guards.reserve(d for p in signature for d in p.dims)
-    interpret(graph, pytorch_rules(rec, signature), validate=False)
+    try:
+        interpret(graph, pytorch_rules(rec, signature), validate=False)
+    finally:
+        rec.rules.close()
     return rec.guards.pruned()

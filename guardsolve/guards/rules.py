@@ -534,6 +534,15 @@ class RuleCache:
         self.rec = rec
         self.entries: dict[Any, tuple[Any, list[tuple[str, bool]]]] = {}
 
+    def close(self) -> None:
+        """Drop the memoized meta tensors when the trace ends.
+
+        NOTE: a meta tensor's symbolic sizes are held by its C++ TensorImpl, which Python's
+        collector cannot see into: recorder -> cache -> meta tensor -> SymGuard -> recorder is
+        a cycle it never frees, so every trace (a failed one too) stayed in memory.
+        """
+        self.entries.clear()
+
     def __call__(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         rec = self.rec
         # NOTE: two calls of a data-shaped op on the same shapes have different output sizes

@@ -161,6 +161,7 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
             result = call_user(fn, *args)
     finally:
         notes = scrub(fn)  # NOTE: also when the trace raises: the user's objects stay usable
+        rec.rules.close()
     out_spec = spec(result, rec)
     graph.meta["out_spec"] = out_spec
     observed = rec.layout_observed or rec.strides_read
