@@ -292,6 +292,11 @@ class GuardedFunction:
                 return self.fn(*args, **kwargs)
             entry = self._trace(names, values)
             self._traces.inc()
+            if entry.trace.opaque:
+                # NOTE: its output holds traced values inside objects a replay cannot rebuild
+                # (a model's cache object): the call is served, no entry is kept
+                self._log.append("the trace's output holds objects a replay cannot rebuild; no entry kept")
+                return entry.trace.output
             # NOTE: published in one assignment, after the trace succeeded: a trace that raises
             # (KeyboardInterrupt too) leaves the entries as they were
             kept = self._entries

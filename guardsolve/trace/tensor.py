@@ -218,16 +218,11 @@ class TracingMode(TorchDispatchMode):
         try:
             # NOTE: an enclosing trace must not see our inner work, and eager's kernels run as
             # eager picks them (no Python decompositions: `lstm`'s takes mkldnn at batch 0)
-            with _outside_modes(), _as_eager(), _threads_for(real_flat):
+            with _outside_modes(), _as_eager(traced), _threads_for(real_flat):
                 real_out = func(*real_args, **real_kwargs)
         except Exception as e:
             raise eager_error(e, self._at()) from e
         if not traced:
-            if func.is_view:
-                # NOTE: eager's view already carries its view metadata (ADInplaceOrView ran);
-                # the one PyTorch adds on our way out would clash: a fresh alias of it
-                with _outside_modes():
-                    return tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, real_out)
             return real_out
         if func in _LAYOUT_OPS:
             self.rec.layout_observed = True
@@ -290,7 +285,10 @@ class TracingMode(TorchDispatchMode):
                 same = inputs.get(id(r))
                 disagree = _disagreement(func, r, m)
                 if disagree is None:
-                    out.append(same if same is not None else TracedTensor(r, m, name, rec))
+                    # NOTE: a trace records no autograd graph: its outputs do not require grad (a
+                    # view of a parameter would, and its wrapper's autograd metadata would then
+                    # clash with the view PyTorch makes of it on our way out)
+                    out.append(same if same is not None else TracedTensor(r, m, name, rec, requires_grad=False))
                 else:
                     # NOTE: e.g. native_batch_norm's saved statistics in eval mode: eager's CPU
                     # kernel returns them empty, the meta rule full-size. Such an output traces
@@ -467,10 +465,11 @@ _K = torch._C.DispatchKey
 # NOTE: keys PyTorch excludes inside `__torch_dispatch__` (every key above Python) that change
 # what a kernel computes: lazy conjugate and negative bits, and zero tensors
 _EAGER_KEYS = (torch._C.DispatchKeySet(_K.Conjugate) | torch._C.DispatchKeySet(_K.Negative)
-               | torch._C.DispatchKeySet(_K.ZeroTensor) | torch._C.DispatchKeySet(_K.ADInplaceOrView))
+               | torch._C.DispatchKeySet(_K.ZeroTensor))
+_VIEW_KEYS = _EAGER_KEYS | torch._C.DispatchKeySet(_K.ADInplaceOrView)
 
 
-def _as_eager() -> Any:
+def _as_eager(traced: bool) -> Any:
     """Eager's dispatch for a real call made from inside the mode.
 
     Inside `__torch_dispatch__` PyTorch excludes every key above Python. An op that reaches us
@@ -481,7 +480,10 @@ def _as_eager() -> Any:
     are shape rules, not eager's kernels: `lstm`'s takes mkldnn at batch 0).
     """
     include = torch._C._dispatch_tls_local_include_set().remove(_K.PythonDispatcher)
-    exclude = torch._C._dispatch_tls_local_exclude_set() - _EAGER_KEYS
+    # NOTE: ADInplaceOrView only where the outputs are wrapped in traced tensors: an output we
+    # hand back as it is (an op on parameters alone: `weight.chunk(3)`) gets PyTorch's view
+    # metadata on our way out, and already having it from inside is an error
+    exclude = torch._C._dispatch_tls_local_exclude_set() - (_VIEW_KEYS if traced else _EAGER_KEYS)
     return torch._C._ForceDispatchKeyGuard(include, exclude)
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_map
 
-from guardsolve.errors import DataDependentError, TraceError, UnsupportedOpError, eager_error
+from guardsolve.errors import EagerError, GuardsolveError, TraceError, UnsupportedOpError, eager_error
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.ir.signature import Param, dim_names
@@ -55,6 +55,7 @@ class Trace:
     guards: Graph | None = None
     static: tuple[StaticGuard, ...] = ()
     notes: tuple[str, ...] = ()
+    opaque: bool = False  # the output holds traced values inside objects a replay cannot rebuild
 
     def guard_graph(self) -> Graph:
         """The guard graph: the one recorded while tracing (equal to `guard_graph(self.graph)`)."""
@@ -101,18 +102,31 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     raises `DataDependentError` unless `value_guards=True`, which records a value bailout
     instead; `.item()` alone is an unbacked value the trace records and a replay recomputes.
 
-    A trace that cannot go on (`DataDependentError`, `UnsupportedOpError`) runs `fn` eagerly
-    once on the same inputs: where eager raises, so does the trace, with eager's own error (the
-    user's program is wrong, whatever guardsolve could trace); the guardsolve error is its cause.
+    An exception the user's own code raises passes as it is. A trace that guardsolve stops, or
+    whose eager kernel fails (`EagerError`), runs `fn` eagerly once more on the same inputs:
+    where eager raises, the trace raises eager's own error (the user's program is wrong, whatever
+    guardsolve could trace; the trace's error is its cause); where eager runs, a guardsolve error
+    (`UnsupportedOpError`, `DataDependentError`; "the traced run fails where eager runs" when
+    library code took another route under tracing).
     """
     try:
         with paused_gc():  # NOTE: placeholders and the trace are many small acyclic objects
             return _trace(fn, example_inputs, value_guards)
-    except (DataDependentError, UnsupportedOpError) as e:
-        failed = _eager_failure(fn, example_inputs)
-        if failed is not None:
-            raise eager_error(failed) from e
-        raise
+    except GuardsolveError as e:  # NOTE: the user's own exceptions pass as they are
+        error = e
+    # NOTE: outside the handler, so that eager's error does not take the trace's as its context
+    failed = _eager_failure(fn, example_inputs)
+    if failed is None or isinstance(failed, GuardsolveError):  # NOTE: eager met a leaked traced value
+        if isinstance(error, GuardsolveError) and not isinstance(error, EagerError):
+            raise error
+        # NOTE: e.g. library code that takes another route while it is traced (a compiled or
+        # exported run, as `is_compiling()` says) and fails where eager runs
+        first = (str(error).strip().splitlines() or [""])[0]
+        raise UnsupportedOpError("the traced run", f"fails where eager runs ({type(error).__name__}: {first})") \
+            from error
+    if isinstance(error, type(failed)) and str(error).startswith(str(failed)):
+        raise error  # NOTE: eager's own error, already with the user's line
+    raise eager_error(failed) from error
 
 
 def _eager_failure(fn: Callable[..., Any], example_inputs: tuple[Any, ...]) -> Exception | None:
@@ -120,7 +134,9 @@ def _eager_failure(fn: Callable[..., Any], example_inputs: tuple[Any, ...]) -> E
     try:
         fn(*example_inputs)
     except Exception as e:
-        return e
+        # NOTE: only its type and message are used; its frames would keep this call's
+        # tensors (and through them the failed trace) alive
+        return e.with_traceback(None)
     return None
 
 
@@ -162,6 +178,7 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
     finally:
         notes = scrub(fn)  # NOTE: also when the trace raises: the user's objects stay usable
         rec.rules.close()
+    opaque = _concrete_objects(result, notes)
     out_spec = spec(result, rec)
     graph.meta["out_spec"] = out_spec
     observed = rec.layout_observed or rec.strides_read
@@ -171,7 +188,7 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
     guards = rec.guards.pruned()
     guards.meta["static"] = graph.meta["static"] = tuple(static)
     return Trace(graph, unwrap(result), signature, fn, mode.constants, out_spec, guards, tuple(static),
-                 tuple(notes))
+                 tuple(notes), opaque)
 
 
 def placeholder(rec: Recorder, p: Param, value: Any, strided: dict[str, str] | None = None) -> Any:
@@ -334,6 +351,41 @@ def scrub(fn: Any) -> list[str]:
                 notes.append(f"{where}{key}: set during the trace to a traced value; holds its value at the "
                              f"example inputs ({shown if len(shown) <= 60 else shown[:57] + '...'})")
     return notes
+
+
+def _concrete_objects(result: Any, notes: list[str]) -> bool:
+    """Concrete values in place of traced ones inside the output's objects that are not
+    containers (transformers' `DynamicCache`: its key and value tensors); True when there was
+    one. Such an output is the example's: a replay could not rebuild it, so `guarded` keeps no
+    entry for it."""
+    from torch.utils._pytree import tree_flatten
+
+    found = False
+    for leaf in tree_flatten(result)[0]:
+        if isinstance(leaf, (torch.Tensor, torch.SymInt, torch.SymBool, torch.SymFloat, int, float, bool, str,
+                             type(None))) or not hasattr(leaf, "__dict__"):
+            continue
+        if _concrete_in(leaf, 0):
+            found = True
+            notes.append(f"the output's {type(leaf).__name__} held traced values; it holds their values at the "
+                         "example inputs (a replay cannot rebuild it)")
+    return found
+
+
+def _concrete_in(obj: Any, depth: int) -> bool:
+    """Replace traced values in `obj`'s attributes (and in their lists, dicts and objects)."""
+    changed = False
+    for key, value in list(vars(obj).items()):
+        if _holds_traced(value):
+            setattr(obj, key, unwrap(value))
+            changed = True
+        elif depth < 3 and isinstance(value, (list, tuple)):
+            changed |= any([_concrete_in(v, depth + 1) for v in value if hasattr(v, "__dict__")
+                            and not isinstance(v, torch.Tensor)])
+        elif depth < 3 and hasattr(value, "__dict__") and not isinstance(value, (torch.Tensor, type)) \
+                and not callable(value):
+            changed |= _concrete_in(value, depth + 1)
+    return changed
 
 
 def _holds_traced(v: Any, depth: int = 0) -> bool:
