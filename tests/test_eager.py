@@ -288,3 +288,23 @@ def test_an_output_object_holding_traced_tensors_is_concrete_and_not_cached() ->
     y = torch.randn(3)
     assert torch.equal(g(x).t, x + 1) and torch.equal(g(y).t, y + 1)  # NOTE: never the example's object
     assert g.cache_info().entries == 0
+
+
+def test_a_symbolic_value_where_pytorch_wants_a_plain_one_gives_eagers_error_or_says_so() -> None:
+    """PyTorch's argument parser refuses a SymBool (transformers' `is_causal` at some sizes):
+    a limit of the trace, so eager decides what the user sees."""
+
+    def f(x):
+        causal = x.shape[0] > 1  # NOTE: a SymBool while traced
+        return torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=causal)
+
+    with pytest.raises(guardsolve.UnsupportedOpError, match="takes a plain value where the trace has a symbolic one"):
+        guardsolve.trace(f, torch.randn(2, 3, 4))
+
+    def g(x, y):
+        causal = x.shape[0] > 1
+        return torch.nn.functional.scaled_dot_product_attention(x, y, y, is_causal=causal)
+
+    expected = _eager_error(g, torch.randn(2, 3, 4), torch.randn(2, 5, 3))
+    got = _eager_error(guardsolve.trace, g, torch.randn(2, 3, 4), torch.randn(2, 5, 3))
+    assert isinstance(got, type(expected)) and str(got) == str(expected)

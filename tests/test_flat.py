@@ -46,7 +46,9 @@ def test_leaf_count_is_checked() -> None:
 def test_no_cyclic_garbage_per_call() -> None:
     """The point of the module: pytree's tree_flatten leaves a reference cycle per call."""
     tree = ((torch.ones(2), 3), {"dim": [1, 2]})
-    gc.collect()
+    for _ in range(5):  # NOTE: earlier tests' garbage (a failed trace's frames) may take several passes
+        if gc.collect() == 0:
+            break
     was = gc.isenabled()
     gc.disable()
     try:

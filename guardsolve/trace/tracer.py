@@ -15,6 +15,7 @@ i3 = int_eq(a0, i2)
 from __future__ import annotations
 
 import inspect
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -114,6 +115,13 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
             return _trace(fn, example_inputs, value_guards)
     except GuardsolveError as e:  # NOTE: the user's own exceptions pass as they are
         error = e
+    except TypeError as e:
+        if not _SYMBOLIC_ARGUMENT.search(str(e)):
+            raise
+        # NOTE: PyTorch's argument parser met a traced size where it takes a plain value
+        # (transformers passes `is_causal` as a SymBool at some sizes): the trace's limit
+        error = UnsupportedOpError("a PyTorch call", f"takes a plain value where the trace has a symbolic one ({e})")
+        error.__cause__ = e
     # NOTE: outside the handler, so that eager's error does not take the trace's as its context
     failed = _eager_failure(fn, example_inputs)
     if failed is None or isinstance(failed, GuardsolveError):  # NOTE: eager met a leaked traced value
@@ -127,6 +135,9 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     if isinstance(error, type(failed)) and str(error).startswith(str(failed)):
         raise error  # NOTE: eager's own error, already with the user's line
     raise eager_error(failed) from error
+
+
+_SYMBOLIC_ARGUMENT = re.compile(r"\bnot Sym(Bool|Int|Float)\b")
 
 
 def _eager_failure(fn: Callable[..., Any], example_inputs: tuple[Any, ...]) -> Exception | None:
