@@ -308,3 +308,15 @@ def test_a_symbolic_value_where_pytorch_wants_a_plain_one_gives_eagers_error_or_
     expected = _eager_error(g, torch.randn(2, 3, 4), torch.randn(2, 5, 3))
     got = _eager_error(guardsolve.trace, g, torch.randn(2, 3, 4), torch.randn(2, 5, 3))
     assert isinstance(got, type(expected)) and str(got) == str(expected)
+
+
+def test_pytorchs_own_python_code_failing_on_its_compiled_route_gives_eagers_error() -> None:
+    """`multi_head_attention_forward` asserts on the width on the route it takes while traced;
+    eager's fused kernel raises a RuntimeError first: the trace raises eager's."""
+    layer = torch.nn.TransformerDecoderLayer(16, 2, 32, dropout=0.0, batch_first=True).eval()
+    f = lambda t, m: layer(t, m)  # noqa: E731
+    args = (torch.randn(2, 4, 0), torch.randn(2, 6, 16))
+    with torch.no_grad():
+        expected = _eager_error(f, *args)
+        got = _eager_error(guardsolve.trace, f, *args)
+    assert isinstance(got, type(expected)) and str(got) == str(expected), (got, expected)

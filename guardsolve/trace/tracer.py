@@ -15,6 +15,7 @@ i3 = int_eq(a0, i2)
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import threading
 from dataclasses import dataclass, field
@@ -103,8 +104,9 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     raises `DataDependentError` unless `value_guards=True`, which records a value bailout
     instead; `.item()` alone is an unbacked value the trace records and a replay recomputes.
 
-    An exception the user's own code raises passes as it is. A trace that guardsolve stops, or
-    whose eager kernel fails (`EagerError`), runs `fn` eagerly once more on the same inputs:
+    An exception the user's own code raises passes as it is. A trace that guardsolve stops, whose
+    eager kernel fails (`EagerError`), or that PyTorch's own Python code fails (it may take its
+    compiled route while traced), runs `fn` eagerly once more on the same inputs:
     where eager raises, the trace raises eager's own error (the user's program is wrong, whatever
     guardsolve could trace; the trace's error is its cause); where eager runs, a guardsolve error
     (`UnsupportedOpError`, `DataDependentError`; "the traced run fails where eager runs" when
@@ -113,15 +115,23 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     try:
         with paused_gc():  # NOTE: placeholders and the trace are many small acyclic objects
             return _trace(fn, example_inputs, value_guards)
-    except GuardsolveError as e:  # NOTE: the user's own exceptions pass as they are
+    except GuardsolveError as e:
         error = e
     except TypeError as e:
         if not _SYMBOLIC_ARGUMENT.search(str(e)):
-            raise
-        # NOTE: PyTorch's argument parser met a traced size where it takes a plain value
-        # (transformers passes `is_causal` as a SymBool at some sizes): the trace's limit
-        error = UnsupportedOpError("a PyTorch call", f"takes a plain value where the trace has a symbolic one ({e})")
-        error.__cause__ = e
+            if not _raised_by_torch(e):
+                raise
+            error = e
+        else:
+            # NOTE: PyTorch's argument parser met a traced size where it takes a plain value
+            # (transformers passes `is_causal` as a SymBool at some sizes): the trace's limit
+            error = UnsupportedOpError("a PyTorch call",
+                                       f"takes a plain value where the trace has a symbolic one ({e})")
+            error.__cause__ = e
+    except Exception as e:
+        if not _raised_by_torch(e):
+            raise  # NOTE: the user's own exceptions pass as they are
+        error = e  # NOTE: PyTorch's Python code, which may take its compiled route while traced
     # NOTE: outside the handler, so that eager's error does not take the trace's as its context
     failed = _eager_failure(fn, example_inputs)
     if failed is None or isinstance(failed, GuardsolveError):  # NOTE: eager met a leaked traced value
@@ -135,6 +145,16 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     if isinstance(error, type(failed)) and str(error).startswith(str(failed)):
         raise error  # NOTE: eager's own error, already with the user's line
     raise eager_error(failed) from error
+
+
+def _raised_by_torch(e: BaseException) -> bool:
+    """Was `e` raised in PyTorch's own Python code (its innermost frame)?"""
+    tb = e.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{os.sep}torch{os.sep}" in tb.tb_frame.f_code.co_filename
 
 
 _SYMBOLIC_ARGUMENT = re.compile(r"\bnot Sym(Bool|Int|Float)\b")
