@@ -21,7 +21,7 @@ import torch
 from torch._decomp import decomposition_table, meta_table
 from torch._dispatch.python import enable_python_dispatcher
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_map
 
 from guardsolve.errors import UnsupportedOpError
@@ -360,7 +360,7 @@ def _sdpa(rec: Recorder | None) -> Callable[..., Any]:
         real = rec.real if rec is not None else None
         on_cpu = real is None or (isinstance(real, torch.Tensor) and real.device.type == "cpu")
         if on_cpu and not enable_gqa:
-            with _no_modes():
+            with _disable_current_modes():
                 choice = _aten._fused_sdp_choice.default(
                     *map(_stand_in, (query, key, value)), attn_mask=_stand_in(attn_mask), dropout_p=dropout_p,
                     is_causal=is_causal, scale=scale)
@@ -374,12 +374,6 @@ def _sdpa(rec: Recorder | None) -> Callable[..., Any]:
 
 
 _FLASH = 1  # NOTE: `torch.nn.attention.SDPBackend.FLASH_ATTENTION`, as `_fused_sdp_choice` returns it
-
-
-def _no_modes() -> Any:
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    return _disable_current_modes()
 
 
 # Ops whose only meta kernel is C++ code that fails over symbolic sizes (FakeTensor gets past it

@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 from torch._ops import _len_torch_dispatch_stack_pre_dispatch
-from torch.utils._pytree import tree_map
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from guardsolve.errors import DataDependentError, GuardsolveError, TraceError, UnsupportedOpError, eager_error
@@ -473,11 +472,11 @@ def _as_eager(traced: bool) -> Any:
     """Eager's dispatch for a real call made from inside the mode.
 
     Inside `__torch_dispatch__` PyTorch excludes every key above Python. An op that reaches us
-    whole (`fft_hfft2`, any CompositeImplicit op) runs its composite on the real tensors, and a
-    lazy conjugate it makes inside would never be resolved (wrong values), and an in-place update
-    of a view it makes inside would skip ADInplaceOrView (`rnn_tanh`: values off by 1e-7). The real call runs
-    with those keys back, and without PyTorch's Python dispatcher (its Python decompositions
-    are shape rules, not eager's kernels: `lstm`'s takes mkldnn at batch 0).
+    whole (`fft_hfft2`, any CompositeImplicit op) runs its composite on the real tensors: a lazy
+    conjugate it makes inside would never be resolved (wrong values), and an in-place update of
+    a view it makes would skip ADInplaceOrView (`rnn_tanh`: values off by 1e-7). The real call
+    runs with those keys back, and without PyTorch's Python dispatcher (its Python
+    decompositions are shape rules, not eager's kernels: `lstm`'s takes mkldnn at batch 0).
     """
     include = torch._C._dispatch_tls_local_include_set().remove(_K.PythonDispatcher)
     # NOTE: ADInplaceOrView only where the outputs are wrapped in traced tensors: an output we

@@ -117,21 +117,17 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
             return _trace(fn, example_inputs, value_guards)
     except GuardsolveError as e:
         error = e
-    except TypeError as e:
-        if not _SYMBOLIC_ARGUMENT.search(str(e)):
-            if not _raised_by_torch(e):
-                raise
-            error = e
-        else:
+    except Exception as e:
+        if isinstance(e, TypeError) and _SYMBOLIC_ARGUMENT.search(str(e)):
             # NOTE: PyTorch's argument parser met a traced size where it takes a plain value
             # (transformers passes `is_causal` as a SymBool at some sizes): the trace's limit
             error = UnsupportedOpError("a PyTorch call",
                                        f"takes a plain value where the trace has a symbolic one ({e})")
             error.__cause__ = e
-    except Exception as e:
-        if not _raised_by_torch(e):
+        elif _raised_by_torch(e):
+            error = e  # NOTE: PyTorch's Python code, which may take its compiled route while traced
+        else:
             raise  # NOTE: the user's own exceptions pass as they are
-        error = e  # NOTE: PyTorch's Python code, which may take its compiled route while traced
     # NOTE: outside the handler, so that eager's error does not take the trace's as its context
     failed = _eager_failure(fn, example_inputs)
     if failed is None or isinstance(failed, GuardsolveError):  # NOTE: eager met a leaked traced value
@@ -202,7 +198,6 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
     # NOTE: below autograd, a CompositeImplicit op (`lstm`, `batch_norm`, `linear`) reaches the
     # mode whole instead of as its decomposition: its eager value comes from the kernel eager
     # dispatches to, and its decomposition runs on meta tensors only, for shapes and guards
-    notes: list[str] = []
     try:
         with _presents_as_tracing(), torch._C._AutoDispatchBelowAutograd(), mode:
             result = call_user(fn, *args)
