@@ -319,6 +319,10 @@ def _lstm(rec: Recorder | None) -> Callable[..., Any]:
         except AttributeError as e:  # pragma: no cover - a torch outside the pinned range
             raise UnsupportedOpError("aten.lstm.input", f"torch {torch.__version__} moved its lstm "
                                      f"decomposition ({e}); guardsolve is tested on 2.13") from e
+        # NOTE: eager's CPU kernel checks this before any route (`_rnn_impl`'s input check); the
+        # decomposition does not, so without it a batch-0 trace accepted an empty sequence
+        torch._check(input.size(1 if batch_first else 0) > 0,
+                     lambda: "Expected sequence length to be larger than 0 in RNN")
         real = rec.real if rec is not None else None
         device = real[0].device if isinstance(real, tuple) and isinstance(real[0], torch.Tensor) else torch.device("cpu")
         projections = hx[0].size(2) != hx[1].size(2)

@@ -148,6 +148,7 @@ class Recorder:
         self.value_guards = value_guards
         self.depth = 0  # > 0 inside PyTorch's shape rules for one op
         self.loc: SourceLoc | None = None  # the user line of the torch call in progress
+        self.op: Any = None  # the torch op in progress (its shape rule asks the questions)
         self._locs: dict[tuple[str, int, str], SourceLoc] = {}  # user lines seen, for `user_location`
         self._memo: dict[tuple[Any, ...], str] = {}
         # NOTE: inside shape rules (depth > 0) an operation on the same guard-graph names gives
@@ -219,7 +220,10 @@ class Recorder:
         key = (g, expect, (loc.file, loc.line) if loc is not None else None)
         if key not in self._seen:
             self._seen.add(key)
-            self.guards.emit(Op.BOOL_BAILOUT, (g,), meta={"loc": loc, **self.extra}, expect=expect)
+            meta = {"loc": loc, **self.extra}
+            if self.depth and self.op is not None:
+                meta["op"] = str(self.op)
+            self.guards.emit(Op.BOOL_BAILOUT, (g,), meta=meta, expect=expect)
 
     # -- tensor trace -----------------------------------------------------------------------
 

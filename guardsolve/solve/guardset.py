@@ -68,7 +68,14 @@ class GuardSet:
     def __init__(self, constraints: Sequence[Constraint], graph: Graph, dims: Sequence[str],
                  sizes: frozenset[str], signature: Sequence[Param] | None, implied: set[int],
                  undecided: Sequence[str], tautologies: Sequence[int] = (), value_guards: Sequence[int] = (),
-                 *, static: Sequence[StaticGuard] | None = None, params: Sequence[str] | None = None):
+                 *, static: Sequence[StaticGuard] | None = None, params: Sequence[str] | None = None,
+                 exploration: Any = None, widened: frozenset[int] = frozenset()):
+        # NOTE: `exploration` (a `paths.Exploration`): the other routes traced, the paths merged
+        # into these constraints and the probes that record another trace; `widened`: the
+        # original bailouts that no longer hold for every input (a merged path answers them
+        # otherwise and records the same trace)
+        self.exploration = exploration
+        self.widened = frozenset(widened)
         self.static: tuple[StaticGuard, ...] = tuple(graph.meta.get("static", ()) if static is None else static)
         self.params = tuple(params) if params is not None else (
             tuple(p.name for p in signature) if signature is not None else None)
@@ -103,7 +110,18 @@ class GuardSet:
     def with_static(self, static: Sequence[StaticGuard], params: Sequence[str] | None = None) -> "GuardSet":
         """The same size guards with other static guards (and parameters, some not traced)."""
         return GuardSet(self.constraints, self.graph, self.dims, self.sizes, self.signature, set(self.implied),
-                        self.undecided, self.tautologies, self.value_guards, static=static, params=params)
+                        self.undecided, self.tautologies, self.value_guards, static=static, params=params,
+                        exploration=self.exploration, widened=self.widened)
+
+    @property
+    def paths(self) -> tuple[Any, ...]:
+        """The other routes merged in (`paths.Path`): each records the same trace."""
+        return tuple(self.exploration.paths) if self.exploration is not None else ()
+
+    @property
+    def probes(self) -> tuple[Any, ...]:
+        """The points traced again that record another trace (`paths.Probe`), with why."""
+        return tuple(self.exploration.probes) if self.exploration is not None else ()
 
     # -- the set ---------------------------------------------------------------------------
 

@@ -518,7 +518,7 @@ class _SharedContexts:
 
 
 def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIMEOUT_MS,
-             jobs: int | None = None) -> GuardSet:
+             jobs: int | None = None, explore: bool | int = True) -> GuardSet:
     """The minimal constraint set accepting exactly the inputs all bailouts accept.
 
     `graph` is a tensor trace, a guard graph (also one parsed from text), or a `Trace`.
@@ -527,6 +527,12 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
     process may use (`GUARDSOLVE_JOBS` caps them) when no other Python thread runs, 1 keeps
     to this process. With None, graphs under `PARALLEL_MIN_BAILOUTS` bailouts stay in this
     process. The result does not depend on it.
+
+    A `Trace` of a function is exact to the trace, not to the route PyTorch's rules took:
+    `explore` (on by default; an int caps the traces it may run) traces the function again
+    at sizes 0 and 1 and merges every route that records the same trace (`solve.paths`);
+    the guards are then the disjunction of those routes' path conditions, made minimal and
+    proved equal to it by z3. `explore=False` keeps the one path of the example.
     """
     from guardsolve.trace.tracer import Trace
 
@@ -537,7 +543,55 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
     with paused_gc():
         # NOTE: a Trace carries the guard graph recorded while it ran; no need to replay it
         gg = graph.guard_graph() if isinstance(graph, Trace) else guard_graph(graph)
-        return _simplify(gg, verify, timeout_ms, cap, auto=jobs is None)
+        gs = _simplify(gg, False, timeout_ms, cap, auto=jobs is None)
+    if isinstance(graph, Trace) and explore is not False and explore != 0:
+        gs = merge_paths(graph, gs, timeout_ms, limit=None if explore is True else int(explore))
+    if verify:
+        gs.verify(timeout_ms=timeout_ms)
+    return gs
+
+
+def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, limit: int | None = None) -> GuardSet:
+    """`base` (the example's path) joined with every route `paths.explore` finds that records
+    the same trace: the disjunction of their guards (`disjoin`), made minimal by the same
+    stages, and proved by z3 equal to the disjunction. Provenance stays with the example's
+    bailouts; those a path answers otherwise are `widened`."""
+    from guardsolve.solve.paths import explore, merged_clauses, prove_union
+    from guardsolve.solve.tograph import emit_bailout
+    from guardsolve.ir.ops import Op
+
+    with paused_gc():
+        ex = explore(t, base, lambda g: _simplify(g, False, timeout_ms, 1), limit=limit)
+    if not ex.paths:
+        return GuardSet(base.constraints, base.graph, base.dims, base.sizes, base.signature, set(base.implied),
+                        base.undecided, base.tautologies, base.value_guards, static=base.static,
+                        params=base.params, exploration=ex)
+    clauses = merged_clauses(base, ex.paths)
+    g = Graph(meta={"signature": base.signature})
+    for d in base.dims:
+        g.emit(Op.INT_PLACEHOLDER if d in base.sizes else Op.INT_ARG, (), name=d)
+    prov_of: dict[int, frozenset[int]] = {}
+    for f, prov in clauses:
+        emit_bailout(g, f)
+        prov_of[len(g.nodes) - 1] = prov
+    merged = _simplify(g, False, timeout_ms, 1) if clauses else None
+    constraints = [Constraint(c.kind, c.formula, c.text,
+                              frozenset().union(*(prov_of.get(i, frozenset()) for i in c.prov)), c.dims)
+                   for c in (merged or ())]
+    failed = prove_union(constraints, [base.constraints] + [p.guards.constraints for p in ex.paths], base.sizes,
+                         timeout_ms)
+    if failed is not None:
+        # NOTE: never a guard set that is not the paths' disjunction: the example's path alone
+        ex.skipped = f"the merged guards were not proved equal to the paths' ({failed}); kept the example's path"
+        ex.paths.clear()
+        return GuardSet(base.constraints, base.graph, base.dims, base.sizes, base.signature, set(base.implied),
+                        base.undecided, base.tautologies, base.value_guards, static=base.static,
+                        params=base.params, exploration=ex)
+    kept = frozenset().union(*(c.prov for c in constraints))
+    widened = frozenset().union(*(c.prov for c in base.constraints)) - kept
+    return GuardSet(constraints, base.graph, base.dims, base.sizes, base.signature, set(base.implied),
+                    [*base.undecided, *(merged.undecided if merged else ())], base.tautologies, base.value_guards,
+                    static=base.static, params=base.params, exploration=ex, widened=widened)
 
 
 def _simplify(gg: Graph, verify: bool, timeout_ms: int, jobs: int = 1, *, auto: bool = False) -> GuardSet:

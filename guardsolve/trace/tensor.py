@@ -155,6 +155,7 @@ class TracingMode(TorchDispatchMode):
         outer = rec.depth == 0
         if outer:
             rec.loc = rec.location()
+            rec.op = func  # NOTE: the op whose shape rule asks what is recorded now
         rec.depth += 1
         try:
             # NOTE: without value guards `.item()` is an unbacked value (torch.export's too):
@@ -167,7 +168,7 @@ class TracingMode(TorchDispatchMode):
         finally:
             rec.depth -= 1
             if outer:
-                rec.loc = None
+                rec.loc = rec.op = None
 
     # -- one op ---------------------------------------------------------------------------
 

@@ -58,6 +58,10 @@ class Trace:
     static: tuple[StaticGuard, ...] = ()
     notes: tuple[str, ...] = ()
     opaque: bool = False  # the output holds traced values inside objects a replay cannot rebuild
+    # NOTE: the example inputs themselves, so that `simplify` can trace again at other sizes
+    # (`solve.paths`); `guarded` drops them once its entry is made
+    inputs: tuple[Any, ...] | None = field(default=None, repr=False)
+    value_guards: bool = False
 
     def guard_graph(self) -> Graph:
         """The guard graph: the one recorded while tracing (equal to `guard_graph(self.graph)`)."""
@@ -167,7 +171,55 @@ def _eager_failure(fn: Callable[..., Any], example_inputs: tuple[Any, ...]) -> E
     return None
 
 
-def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards: bool) -> Trace:
+class Diverged(Exception):
+    """A trace run against an expected one (`_trace(..., expect=)`) recorded another node."""
+
+    def __init__(self, index: int, found: Any, expected: Any) -> None:
+        super().__init__(f"trace line {index + 1}: {found}" + (f" where the trace has {expected}"
+                                                              if expected is not None else " past its end"))
+        self.index, self.found, self.expected = index, found, expected
+
+
+def same_node(a: Any, b: Any) -> bool:
+    """Are two trace nodes the same, the example values of inputs aside (a placeholder's
+    `shape`, an int argument's `val`)?"""
+    if a.op is not b.op or a.inputs != b.inputs or a.outputs != b.outputs:
+        return False
+    if a.op is Op.VAR_PLACEHOLDER or a.op is Op.INT_ARG:
+        return {k: v for k, v in a.params.items() if k not in ("shape", "val")} == \
+            {k: v for k, v in b.params.items() if k not in ("shape", "val")}
+    return a.params == b.params
+
+
+class _Expecting(Graph):
+    """A trace graph that stops the trace (`Diverged`) at its first node that differs from
+    `expect`'s: a trace at other sizes that takes another route is known for another as soon
+    as it records one node of its own."""
+
+    def __init__(self, expect: list[Any], meta: dict[str, Any]) -> None:
+        super().__init__(meta=meta)
+        self.expect = expect
+        self._checked = 0
+
+    def _check(self) -> None:
+        for i in range(self._checked, len(self.nodes)):
+            if i >= len(self.expect) or not same_node(self.nodes[i], self.expect[i]):
+                raise Diverged(i, self.nodes[i], self.expect[i] if i < len(self.expect) else None)
+        self._checked = len(self.nodes)
+
+    def append(self, node: Any) -> Any:
+        super().append(node)
+        self._check()
+        return node
+
+    def emit(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().emit(*args, **kwargs)
+        self._check()
+        return out
+
+
+def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards: bool,
+           expect: list[Any] | None = None) -> Trace:
     names = parameter_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(example_inputs))
     kinds: list[tuple[str, str, int]] = []
     for name, value in zip(names, example_inputs):
@@ -185,7 +237,7 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
                              "only torch.Tensor and int inputs are supported")
     signature = dim_names(kinds)
     static = [g for p, v in zip(signature, example_inputs) if p.kind == "tensor" for g in tensor_guards(p.name, v)]
-    graph = Graph(meta={"signature": signature})
+    graph = Graph(meta={"signature": signature}) if expect is None else _Expecting(expect, {"signature": signature})
     rec = Recorder(graph, value_guards)
     rec.rules = RuleCache(rec)
     rec.guards.meta["signature"] = signature
@@ -214,7 +266,7 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
     guards = rec.guards.pruned()
     guards.meta["static"] = graph.meta["static"] = tuple(static)
     return Trace(graph, unwrap(result), signature, fn, mode.constants, out_spec, guards, tuple(static),
-                 tuple(notes), opaque)
+                 tuple(notes), opaque, tuple(example_inputs), value_guards)
 
 
 def placeholder(rec: Recorder, p: Param, value: Any, strided: dict[str, str] | None = None) -> Any:

@@ -1,0 +1,293 @@
+"""Other routes to the same trace: trace again at sizes 0 and 1, keep the paths that record it.
+
+A trace's guards are its *path condition*: every question PyTorch's rules and the user's code
+asked about a size, answered as at the example. Other answers often record the very same
+trace: the size-1 branch of a contiguity rule changes only the stride of a size-1 dim, a
+broadcast of a size-1 operand records the same `aten.add`. `explore` traces the function
+again with dims (one at a time, each class of equal dims together, then mixes from every
+point that merged) set to 0 and to 1, each probe stopped at the first trace node it records
+differently (`tracer.Diverged`). A probe that records the same trace (same nodes, outputs and
+static guards) is a *path*: its own path condition, simplified, holds exactly where a fresh
+trace takes that route, so each input it accepts records the trace. `merge` joins the paths'
+guards into one minimal set (`disjoin`), proved by z3 to be their disjunction.
+
+>>> import torch, guardsolve
+>>> gs = guardsolve.simplify(guardsolve.trace(lambda x: x.sin(), torch.randn(32, 8)))
+>>> print(gs if len(gs) else "(no size guard)")
+(no size guard)
+>>> len(gs.paths), gs.check(torch.randn(1, 8)), gs.check(torch.randn(0, 1))
+(3, True, True)
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import torch
+import z3
+
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.ops import Op
+from guardsolve.solve.constraint import Constraint
+from guardsolve.solve.disjoin import disjoin, one_dim_set
+from guardsolve.solve.smt import formula_to_z3, z3_vars
+
+VALUES = (0, 1)
+
+
+@dataclass(frozen=True)
+class Path:
+    """Another route through PyTorch's rules that records the same trace.
+
+    `point`: the input dims it was found at; `changed`: the dims set away from the example;
+    `graph`: its guard graph (the route's path condition); `guards`: that condition, minimal.
+    """
+
+    point: Mapping[str, int]
+    changed: tuple[str, ...]
+    graph: Graph
+    guards: Any  # GuardSet
+
+    def describe(self) -> str:
+        return ", ".join(f"{d}={self.point[d]}" for d in self.changed)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A point traced again that does not record the same trace, and why."""
+
+    point: Mapping[str, int]
+    changed: tuple[str, ...]
+    why: str
+
+    def describe(self) -> str:
+        return ", ".join(f"{d}={self.point[d]}" for d in self.changed)
+
+
+@dataclass
+class Exploration:
+    """What `explore` found: the merged paths, the rejected probes, how many traces it ran."""
+
+    paths: list[Path] = field(default_factory=list)
+    probes: list[Probe] = field(default_factory=list)
+    traces: int = 0
+    seconds: float = 0.0
+    skipped: str | None = None  # why nothing was explored
+
+
+def _classes(base: Any) -> list[tuple[str, ...]]:
+    """Dims the base guards hold equal (`a0 == b0`), as classes of two or more."""
+    parent: dict[str, str] = {d: d for d in base.dims}
+
+    def find(d: str) -> str:
+        while parent[d] != d:
+            d = parent[d]
+        return d
+
+    for c in base.constraints:
+        f = c.formula
+        if c.kind == "eq" and len(c.dims) == 2 and getattr(f, "op", None) == "eq" and f.poly.constant == 0 \
+                and sorted(f.poly.nonconst().values()) == [-1, 1]:
+            a, b = c.dims
+            parent[find(a)] = find(b)
+    groups: dict[str, list[str]] = {}
+    for d in base.dims:
+        groups.setdefault(find(d), []).append(d)
+    return [tuple(g) for g in groups.values() if len(g) > 1]
+
+
+def _resized(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """`x` at another shape, its values taken (wrapping round) from `x`'s own, so that
+    indices stay in range; contiguous, with x's dtype, device and requires_grad."""
+    y = x.detach()
+    for d, n in enumerate(shape):
+        if y.shape[d] == n:
+            continue
+        if y.shape[d] == 0:
+            size = list(y.shape)
+            size[d] = n
+            y = torch.zeros(size, dtype=y.dtype, device=y.device)
+        else:
+            y = y.index_select(d, torch.arange(n, device=y.device) % y.shape[d])
+    y = y.contiguous()
+    if x.requires_grad:
+        y.requires_grad_(True)
+    return y
+
+
+def _inputs_at(t: Any, point: Mapping[str, int]) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for p, v in zip(t.signature, t.inputs):
+        if p.kind == "tensor":
+            out.append(_resized(v, [point[d] for d in p.dims]))
+        else:
+            out.append(point[p.name])
+    return tuple(out)
+
+
+def _mutates_constants(t: Any) -> bool:
+    """Does the trace write to a parameter or buffer (BatchNorm's running statistics in
+    training mode)? Tracing it again would change the module."""
+    from guardsolve.ir.aten import resolve
+
+    for n in t.graph.nodes:
+        if n.op is Op.ATEN and any(i in t.constants for i in n.inputs):
+            try:
+                if resolve(str(n.params["fn"]))._schema.is_mutable:
+                    return True
+            except Exception:
+                return True
+    return False
+
+
+def _why_not(t: Any, e: BaseException) -> str:
+    from guardsolve.trace.tracer import Diverged
+
+    if isinstance(e, Diverged):
+        loc = e.found.meta.get("loc") if e.found.meta else None
+        where = f" ({loc})" if loc is not None else ""
+        return f"records another trace: {e}{where}"
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"raises {type(e).__name__}: {first[:200]}"
+
+
+def _same_result(t: Any, u: Any) -> str | None:
+    """Why trace `u` (recorded against `t`'s nodes) is not `t`'s trace, or None."""
+    if len(u.graph.nodes) != len(t.graph.nodes):
+        return f"records another trace: it ends after trace line {len(u.graph.nodes)} of {len(t.graph.nodes)}"
+    if u.out_spec != t.out_spec:
+        return "returns another output structure"
+    if [g.text for g in u.static] != [g.text for g in t.static]:
+        return "assumes another memory layout"
+    if u.opaque != t.opaque:
+        return "returns objects a replay cannot rebuild"
+    return None
+
+
+def _candidates(example: Mapping[str, int], units: Sequence[tuple[str, ...]], point: Mapping[str, int]
+                ) -> Iterator[tuple[dict[str, int], tuple[str, ...]]]:
+    for u in units:
+        for v in VALUES:
+            if any(point[d] != v for d in u):
+                new = {**point, **{d: v for d in u}}
+                yield new, tuple(d for d in example if new[d] != example[d])
+
+
+def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | None = None) -> Exploration:
+    """Trace `t.fn` again at the example with dims set to 0 and 1; the paths that record
+    `t`'s trace, and the probes that do not. At most `limit` traces (None: 4 per dim or
+    class of equal dims, plus 4). `reduce` simplifies one path's guard graph."""
+    from guardsolve.trace.tracer import _trace
+
+    out = Exploration()
+    if t.fn is None or t.inputs is None:
+        out.skipped = "no function to trace again (a saved trace or a guard graph)"
+        return out
+    if any(isinstance(v, torch.Tensor) and not v.is_contiguous() for v in t.inputs):
+        out.skipped = "an input is not contiguous (its strides are part of the trace)"
+        return out
+    if _mutates_constants(t):
+        out.skipped = "the trace writes to a parameter or buffer (tracing again would change the module)"
+        return out
+    example = base.input_dims(*t.inputs)
+    if example is None:
+        out.skipped = "the example inputs do not fit the traced signature"
+        return out
+    start = time.perf_counter()
+    units = [(d,) for d in example] + _classes(base)
+    budget = 4 * len(units) + 4 if limit is None else limit
+    queue = deque(_candidates(example, units, example))
+    seen = {tuple(sorted(example.items()))}
+    looked = 0
+    accepts: list[Callable[..., bool]] = [base.check_dims]
+    rng = torch.random.get_rng_state()
+    try:
+        while queue and out.traces < budget and looked < 64 * budget:
+            point, changed = queue.popleft()
+            key = tuple(sorted(point.items()))
+            if key in seen:
+                continue
+            seen.add(key)
+            looked += 1
+            if any(ok(point) for ok in accepts):
+                queue.extend(_candidates(example, units, point))
+                continue
+            out.traces += 1
+            try:
+                u = _trace(t.fn, _inputs_at(t, point), t.value_guards, expect=t.graph.nodes)
+            except Exception as e:  # NOTE: any failure at the new sizes is a route not merged
+                out.probes.append(Probe(point, changed, _why_not(t, e)))
+                continue
+            why = _same_result(t, u)
+            if why is not None:
+                out.probes.append(Probe(point, changed, why))
+                continue
+            gg = u.guard_graph()
+            try:
+                gs = reduce(gg)
+            except Exception as e:
+                out.probes.append(Probe(point, changed, f"its guards do not simplify ({type(e).__name__}: {e})"))
+                continue
+            if not gs.check_dims(point):  # NOTE: an invariant: the route holds where it was found
+                out.probes.append(Probe(point, changed, "its own guards reject it (not merged)"))
+                continue
+            out.paths.append(Path(point, changed, gg, gs))
+            accepts.append(gs.check_dims)
+            queue.extend(_candidates(example, units, point))
+    finally:
+        torch.random.set_rng_state(rng)  # NOTE: the probes' random ops leave the user's stream as it was
+        out.seconds = time.perf_counter() - start
+    return out
+
+
+def path_literals(gs: Any, provenance: bool) -> dict[str, Any]:
+    """One path's constraints as `disjoin` takes them: one-dim sets and other formulas."""
+    sets: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for c in gs.constraints:
+        prov = c.prov if provenance else frozenset()
+        one = one_dim_set(c.formula)
+        if one is not None:
+            d, s = one
+            if d in sets:
+                sets[d] = (sets[d][0].inter(s), sets[d][1] | prov)
+            else:
+                sets[d] = (s, prov)
+        else:
+            rest[c.text] = (c.formula, prov)
+    return {"sets": sets, "rest": rest}
+
+
+def merged_clauses(base: Any, paths: Sequence[Path]) -> list[tuple[Any, frozenset[int]]]:
+    """The disjunction of the base guards and each path's, as clauses with the base's provenance."""
+    literals = [path_literals(base, True)] + [path_literals(p.guards, False) for p in paths]
+    dims = list(base.dims) + [d for p in paths for d in p.guards.dims if d not in base.dims]
+    return disjoin(literals, dims, base.sizes)
+
+
+def prove_union(constraints: Sequence[Constraint], sets: Sequence[Sequence[Constraint]], sizes: Any,
+                timeout_ms: int) -> str | None:
+    """z3: are `constraints` equivalent to the disjunction of `sets` (sizes >= 0)? None when
+    proved, else what failed."""
+    ctx = z3.Context()
+    var = z3_vars(ctx)
+
+    def conj(cs: Sequence[Constraint]) -> Any:
+        return z3.And([formula_to_z3(c.formula, var) for c in cs]) if cs else z3.BoolVal(True, ctx)
+
+    mine = conj(constraints)
+    union = z3.Or([conj(s) for s in sets]) if sets else z3.BoolVal(False, ctx)
+    dims = {d for s in [constraints, *sets] for c in s for d in c.dims}
+    background = [var(d) >= 0 for d in dims if d in sizes]
+    for premise, goal, what in ((mine, union, "accepts an input no path accepts"),
+                                (union, mine, "rejects an input a path accepts")):
+        s = z3.Solver(ctx=ctx)
+        s.set("timeout", timeout_ms)
+        s.add(*background, premise, z3.Not(goal))
+        r = s.check()
+        if r != z3.unsat:
+            return what if r == z3.sat else f"undecided ({s.reason_unknown()}): {what}?"
+    return None
