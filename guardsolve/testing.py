@@ -244,11 +244,13 @@ def perturbed_inputs(rng: random.Random, inputs: tuple[Any, ...], count: int) ->
 
 
 def exactness_failures(fn: Callable[..., Any], inputs: tuple[Any, ...], *, count: int = 12,
-                       seed: int = 0, meta_first: bool = False) -> list[str]:
+                       seed: int = 0, meta_first: bool = False, explore: bool = True,
+                       variants: list[tuple[Any, ...]] | None = None) -> list[str]:
     """Where `simplify(trace(fn, *inputs))` is not exact: shapes S (eager runs at S) at which
-    `GuardSet.check(S)` differs from "re-tracing at S gives the same guard graph", i.e. the
-    same bailouts (arithmetic nodes no bailout reads may differ: PyTorch computes some sizes
-    only on some paths).
+    `GuardSet.check(S)` differs from "re-tracing at S records the same trace" (the same nodes,
+    example values of inputs aside, output structure and static guards: `tracer.difference`).
+    `explore=False` judges the example's path alone: then "the same" is the same guard graph,
+    i.e. the same bailouts (arithmetic nodes no bailout reads may differ).
 
     `meta_first` runs each variant under FakeTensorMode before eager and skips it where
     PyTorch's meta rules reject its shapes: some eager kernels check less than their meta
@@ -256,13 +258,13 @@ def exactness_failures(fn: Callable[..., Any], inputs: tuple[Any, ...], *, count
     bounds), and an arbitrary op's sizes must not crash the process that sweeps them."""
     from guardsolve.ir.printer import print_guards
     from guardsolve.solve.simplify import simplify
-    from guardsolve.trace.tracer import trace
+    from guardsolve.trace.tracer import difference, trace
 
     t = trace(fn, *inputs)
-    gs = simplify(t)
+    gs = simplify(t, explore=explore)
     reference = print_guards(t.guard_graph())
     failures: list[str] = []
-    for variant in perturbed_inputs(random.Random(seed), inputs, count):
+    for variant in perturbed_inputs(random.Random(seed), inputs, count) if variants is None else variants:
         if meta_first and _meta_rejects(fn, variant):
             continue
         try:
@@ -270,7 +272,8 @@ def exactness_failures(fn: Callable[..., Any], inputs: tuple[Any, ...], *, count
         except Exception:
             continue  # NOTE: eager itself rejects these sizes: nothing to compare
         try:
-            same = print_guards(trace(fn, *variant).guard_graph()) == reference
+            u = trace(fn, *variant)
+            same = difference(t, u) is None if explore else print_guards(u.guard_graph()) == reference
         except Exception:  # NOTE: no trace at S (user code fails on symbolic sizes): not the same
             same = False
         accepted = gs.check(*variant)

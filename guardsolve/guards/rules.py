@@ -249,6 +249,19 @@ def _fused_attention_checks(query: torch.Tensor, embed_dim: Any) -> None:
                  lambda: f"passed-in embed_dim {embed_dim} didn't match last dim of query {query.size(2)}")
 
 
+def _batch_norm_stats(input: torch.Tensor, weight: Any, bias: Any, running_mean: Any, running_var: Any,
+                      *_: Any, **__: Any) -> None:
+    """`batch_norm`'s own check (`_batch_norm_impl_index`), which `native_batch_norm` skips: its
+    CPU kernel indexes the per-channel tensors by channel (out of bounds when they are shorter),
+    and its decomposition broadcasts a one-element statistic."""
+    channels = input.size(1) if input.dim() > 1 else 1
+    for what, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        if isinstance(t, torch.Tensor):
+            torch._check(t.numel() == channels,
+                         lambda what=what, t=t: f"{what} should contain {channels} elements not {t.numel()}")
+
+
 # NOTE: fused ops whose meta kernel checks less than their eager kernel does (PyTorch's meta for
 # `_transformer_encoder_layer_fwd` is `empty_like(src)`): the eager kernel's checks on the input,
 # so the guards reject what eager rejects (nn.TransformerEncoderLayer's and nn.MultiheadAttention's
@@ -257,6 +270,9 @@ _EAGER_CHECKS: dict[Any, Callable[..., None]] = {
     _aten._transformer_encoder_layer_fwd.default: lambda src, embed_dim, *_, **__: _fused_attention_checks(src, embed_dim),
     _aten._native_multi_head_attention.default:
         lambda query, key, value, embed_dim, *_, **__: _fused_attention_checks(query, embed_dim),
+    _aten.native_batch_norm.default: _batch_norm_stats,
+    _aten._native_batch_norm_legit.default: _batch_norm_stats,
+    _aten._native_batch_norm_legit_no_training.default: _batch_norm_stats,
 }
 
 

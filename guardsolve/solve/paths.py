@@ -154,19 +154,6 @@ def _why_not(t: Any, e: BaseException) -> str:
     return f"raises {type(e).__name__}: {first[:200]}"
 
 
-def _same_result(t: Any, u: Any) -> str | None:
-    """Why trace `u` (recorded against `t`'s nodes) is not `t`'s trace, or None."""
-    if len(u.graph.nodes) != len(t.graph.nodes):
-        return f"records another trace: it ends after trace line {len(u.graph.nodes)} of {len(t.graph.nodes)}"
-    if u.out_spec != t.out_spec:
-        return "returns another output structure"
-    if [g.text for g in u.static] != [g.text for g in t.static]:
-        return "assumes another memory layout"
-    if u.opaque != t.opaque:
-        return "returns objects a replay cannot rebuild"
-    return None
-
-
 def _candidates(example: Mapping[str, int], units: Sequence[tuple[str, ...]], point: Mapping[str, int]
                 ) -> Iterator[tuple[dict[str, int], tuple[str, ...]]]:
     for u in units:
@@ -180,7 +167,7 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
     """Trace `t.fn` again at the example with dims set to 0 and 1; the paths that record
     `t`'s trace, and the probes that do not. At most `limit` traces (None: 4 per dim or
     class of equal dims, plus 4). `reduce` simplifies one path's guard graph."""
-    from guardsolve.trace.tracer import _trace
+    from guardsolve.trace.tracer import _trace, difference
 
     out = Exploration()
     if t.fn is None or t.inputs is None:
@@ -221,9 +208,9 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
             except Exception as e:  # NOTE: any failure at the new sizes is a route not merged
                 out.probes.append(Probe(point, changed, _why_not(t, e)))
                 continue
-            why = _same_result(t, u)
+            why = difference(t, u)
             if why is not None:
-                out.probes.append(Probe(point, changed, why))
+                out.probes.append(Probe(point, changed, f"records another trace: {why}"))
                 continue
             gg = u.guard_graph()
             try:

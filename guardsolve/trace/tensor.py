@@ -215,15 +215,38 @@ class TracingMode(TorchDispatchMode):
             raise UnsupportedOpError(qualified_name(func), f"its input {poisoned.tname} {poisoned.poisoned}",
                                      self._where())
         real_args, real_kwargs = unflatten(real_flat, spec)
-        try:
-            # NOTE: an enclosing trace must not see our inner work, and eager's kernels run as
-            # eager picks them (no Python decompositions: `lstm`'s takes mkldnn at batch 0)
-            with _outside_modes(), _as_eager(traced), _threads_for(real_flat):
-                real_out = func(*real_args, **real_kwargs)
-        except Exception as e:
-            raise eager_error(e, self._at()) from e
-        if not traced:
-            return real_out
+
+        def eager() -> Any:
+            try:
+                # NOTE: an enclosing trace must not see our inner work, and eager's kernels run as
+                # eager picks them (no Python decompositions: `lstm`'s takes mkldnn at batch 0)
+                with _outside_modes(), _as_eager(traced), _threads_for(real_flat):
+                    return func(*real_args, **real_kwargs)
+            except Exception as e:
+                raise eager_error(e, self._at()) from e
+
+        if rec.meta_first and traced:
+            # NOTE: a trace at sizes the user never called (`solve.paths`): the shape rule first,
+            # so no eager kernel runs at sizes its rule rejects (eager `native_batch_norm` writes
+            # out of bounds where its meta rule raises)
+            done, meta_out = self._meta_call(func, args, kwargs, flat, spec, None)
+            if done:
+                return meta_out
+            real_out = eager()
+        else:
+            real_out = eager()
+            if not traced:
+                return real_out
+            done, meta_out = self._meta_call(func, args, kwargs, flat, spec, real_out)
+            if done:
+                return meta_out
+        template = unflatten([self._template(a) for a in flat], spec)
+        return self._wrap(func, real_out, meta_out, template, flat)
+
+    def _meta_call(self, func: Any, args: Any, kwargs: dict[str, Any], flat: list[Any], spec: Any,
+                   real_out: Any) -> tuple[bool, Any]:
+        """PyTorch's shape rule on the meta stand-ins: (False, its output), or (True, the op's
+        result) where a CompositeImplicit op decomposed over the traced tensors instead."""
         if func in _LAYOUT_OPS:
             self.rec.layout_observed = True
         meta_args, meta_kwargs = unflatten([self._meta(a) for a in flat], spec)
@@ -247,7 +270,7 @@ class TracingMode(TorchDispatchMode):
                 # kernels, as its eager composite calls them)
                 self.rec.real = None
                 with self:
-                    return func.decompose(*args, **kwargs)
+                    return True, func.decompose(*args, **kwargs)
             from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
             if (isinstance(e, (DataDependentOutputException, DynamicOutputShapeException))
@@ -259,8 +282,7 @@ class TracingMode(TorchDispatchMode):
                                      f"({type(e).__name__}: {first})", self._where()) from e
         finally:
             self.rec.real = None
-        template = unflatten([self._template(a) for a in flat], spec)
-        return self._wrap(func, real_out, meta_out, template, flat)
+        return False, meta_out
 
     def _wrap(self, func: Any, real_out: Any, meta_out: Any, template: Any, flat: list[Any]) -> Any:
         rec = self.rec

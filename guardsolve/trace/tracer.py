@@ -191,6 +191,32 @@ def same_node(a: Any, b: Any) -> bool:
     return a.params == b.params
 
 
+def difference(t: Trace, u: Trace) -> str | None:
+    """Why `u` is not the same trace as `t` (None when it is): its nodes (example values of
+    inputs aside, `same_node`), its output structure, its static guards.
+
+    >>> import torch
+    >>> f = lambda x: x.sin()
+    >>> difference(trace(f, torch.ones(3, 4)), trace(f, torch.ones(1, 4))) is None
+    True
+    >>> g = lambda x: x.sin() if x.shape[0] > 2 else x
+    >>> print(difference(trace(g, torch.ones(3, 4)), trace(g, torch.ones(1, 4))))
+    trace line 6: bool_bailout(i2, expect=False) where the trace has bool_bailout(i2, expect=True)
+    """
+    for i, (a, b) in enumerate(zip(u.graph.nodes, t.graph.nodes)):
+        if not same_node(a, b):
+            return str(Diverged(i, a, b))
+    if len(u.graph.nodes) != len(t.graph.nodes):
+        return f"the trace has {len(u.graph.nodes)} nodes where the trace has {len(t.graph.nodes)}"
+    if u.out_spec != t.out_spec:
+        return "another output structure"
+    if [g.text for g in u.static] != [g.text for g in t.static]:
+        return "another memory layout"
+    if u.opaque != t.opaque:
+        return "output objects a replay cannot rebuild"
+    return None
+
+
 class _Expecting(Graph):
     """A trace graph that stops the trace (`Diverged`) at its first node that differs from
     `expect`'s: a trace at other sizes that takes another route is known for another as soon
@@ -239,6 +265,7 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
     static = [g for p, v in zip(signature, example_inputs) if p.kind == "tensor" for g in tensor_guards(p.name, v)]
     graph = Graph(meta={"signature": signature}) if expect is None else _Expecting(expect, {"signature": signature})
     rec = Recorder(graph, value_guards)
+    rec.meta_first = expect is not None  # NOTE: sizes the user never called: no eager kernel its rule rejects
     rec.rules = RuleCache(rec)
     rec.guards.meta["signature"] = signature
     rec.guards.reserve(d for p in signature for d in p.dims)
