@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--dtype", default="float32", help="dtype of example tensors (default float32)")
     target.add_argument("--value-guards", action="store_true",
                         help="record branches on tensor data as value guards instead of failing")
+    target.add_argument("--no-explore", action="store_true",
+                        help="keep the example's route only: do not trace again at sizes 0 and 1 to merge the "
+                             "routes that record the same trace")
 
     p = argparse.ArgumentParser(prog="guardsolve", description="Minimal, exact guards for traced PyTorch programs.")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
@@ -135,7 +138,8 @@ def _report(args: argparse.Namespace) -> int:
 
     loaded = _load(args)
     t0 = time.perf_counter()
-    gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms, jobs=args.jobs)
+    gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms, jobs=args.jobs,
+                  explore=not args.no_explore)
     seconds = time.perf_counter() - t0
     if args.verify:
         gs.verify(timeout_ms=args.timeout_ms)
@@ -169,7 +173,8 @@ def _check(args: argparse.Namespace) -> int:
     from guardsolve.solve.simplify import simplify
 
     loaded = _load(args)
-    gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms, jobs=args.jobs)
+    gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms, jobs=args.jobs,
+                  explore=not args.no_explore)
     shapes = args.at + (args.shape + args.int if loaded.from_file else [])  # NOTE: a saved trace's new inputs
     dims = new_dims(gs, args.dims, shapes)
     failed = gs.first_failure(dims)
@@ -181,6 +186,9 @@ def _check(args: argparse.Namespace) -> int:
     values = ", ".join(f"{d}={dims[d]}" for d in failed.dims)
     where = f" — {gs._origin(min(failed.prov))}" if failed.prov else ""
     print(f"guard failed: {failed.text} ({values}){where}")
+    probe = next((p for p in gs.probes if dict(p.point) == dims), None)
+    if probe is not None:
+        print(f"traced again at these sizes: {probe.why}")
     return 1
 
 

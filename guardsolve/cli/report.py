@@ -77,6 +77,17 @@ def json_report(gs: GuardSet, info: ReportInfo) -> str:
         "undecided": list(gs.undecided),
         "static": [g.text for g in gs.static],
     }
+    ex = gs.exploration
+    if ex is not None:
+        doc["paths"] = {
+            "traces": ex.traces,
+            "seconds": round(ex.seconds, 6),
+            "skipped": ex.skipped,
+            "merged": [{"at": dict(p.point), "changed": list(p.changed), "guards": [c.text for c in p.guards],
+                        "answers_otherwise": _sources(gs, gs._answered_otherwise(p.point), info.graph_file)}
+                       for p in gs.paths],
+            "rejected": [{"at": dict(p.point), "changed": list(p.changed), "why": p.why} for p in gs.probes],
+        }
     if info.dynamic:
         j = judgement(gs, info)
         doc["dynamic"] = {
@@ -126,6 +137,7 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
             if origin not in seen:
                 seen.add(origin)
                 lines.append(f"    {origin}")
+    lines += path_lines(gs)
     for i in gs.value_guards:
         lines.append(f"not checkable from shapes alone: {gs._describe(i)}  at {gs._origin(i)}")
     for u in gs.undecided:
@@ -135,6 +147,29 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
     if info.dynamic:
         lines += ["", *_dynamic_lines(gs, info)]
     return "\n".join(lines)
+
+
+def path_lines(gs: GuardSet, rejected: int = 6) -> list[str]:
+    """The routes merged into the guards, and (the first few) sizes traced again that record
+    another trace."""
+    ex = gs.exploration
+    if ex is None:
+        return []
+    if ex.skipped and not ex.traces:
+        return ["", f"other routes: not explored ({ex.skipped})"]
+    lines = ["", f"other routes: traced again at {plural(ex.traces, 'point')} (sizes 0 and 1) in "
+                 f"{ex.seconds * 1000:.1f} ms; {len(gs.paths)} record the same trace and are merged"
+                 + ("" if gs.paths else "") + (f"; {ex.skipped}" if ex.skipped else "")]
+    for p in gs.paths:
+        asked = gs._answered_otherwise(p.point)
+        where = f" — {gs._origin(asked[0])}" if asked else ""
+        lines.append(f"    same trace at {p.describe()}: {gs._describe(asked[0]) if asked else 'another route'}"
+                     f" answered otherwise{where}")
+    for p in gs.probes[:rejected]:
+        lines.append(f"    rejected at {p.describe()}: {p.why}")
+    if len(gs.probes) > rejected:
+        lines.append(f"    ... and {len(gs.probes) - rejected} more (--format json lists them all)")
+    return lines
 
 
 def static_lines(gs: GuardSet) -> list[str]:

@@ -36,9 +36,11 @@ class Certificate:
     equivalent: bool
     irredundant: bool
     witnesses: dict[str, dict[str, int]] = field(default_factory=dict)
+    paths: int = 0  # the merged routes besides the example's
 
     def __str__(self) -> str:
-        lines = [f"equivalent to the original bailouts (z3, both directions): {self.equivalent}",
+        lines = [f"equivalent to the original bailouts (z3, both directions): {self.equivalent}"
+                 + (f" (the disjunction of {self.paths + 1} routes' bailouts)" if self.paths else ""),
                  f"every constraint irredundant (z3): {self.irredundant}"]
         for c, w in self.witnesses.items():
             lines.append(f"  {c}: fails alone at " + ", ".join(f"{k}={v}" for k, v in sorted(w.items())))
@@ -262,7 +264,9 @@ class GuardSet:
             return "all guards hold"
         values = ", ".join(f"{d}={dims[d]}" for d in c.dims)
         where = f" — {self._origin(min(c.prov))}" if c.prov else ""
-        return f"{c.text} failed ({values}){where}"
+        probe = next((p for p in self.probes if dict(p.point) == dims), None)
+        why = f"; traced again at these sizes, it {probe.why}" if probe is not None else ""
+        return f"{c.text} failed ({values}){where}{why}"
 
     def judge_dynamic(self, dynamic: Sequence[str], example: Any = None) -> Any:
         """torch.export's view of the declared-dynamic dims (`dynamic.Judgement`), static dims at
@@ -306,8 +310,11 @@ class GuardSet:
     def _origin(self, i: int) -> str:
         n = self.graph.nodes[i]
         loc = n.meta.get("loc")
+        op = f" (asked by {n.meta['op']}'s shape rule)" if n.meta.get("op") else ""
         if loc is not None:
-            return f"{loc.short_file}:{loc.line}  {loc.code or linecache.getline(loc.file, loc.line).strip()}"
+            return f"{loc.short_file}:{loc.line}  {loc.code or linecache.getline(loc.file, loc.line).strip()}{op}"
+        if op:
+            return op.strip()[1:-1]
         if n.meta.get("trace_line") is not None:
             return f"trace line {n.meta['trace_line']}: {n.meta['trace_node']}"
         line = n.meta.get("line")
@@ -329,6 +336,7 @@ class GuardSet:
             if nodes:
                 out.append(title)
                 out += [f"    {self._describe(i)}  at {self._origin(i)}" for i in nodes]
+        out += self._explain_paths()
         if self.value_guards:
             out.append("not checkable from shapes alone (checked while the trace runs):")
             out += [f"    {self._describe(i)}  at {self._origin(i)}" for i in self.value_guards]
@@ -336,6 +344,63 @@ class GuardSet:
             out.append("not proved minimal (solver undecided):")
             out += [f"    {u}" for u in self.undecided]
         return "\n".join(out)
+
+    def _explain_paths(self) -> list[str]:
+        """The routes merged (each: where it was found, the example's bailouts it answers
+        otherwise, with the op and line that asked) and the sizes traced again that record
+        another trace."""
+        ex = self.exploration
+        if ex is None:
+            return []
+        out: list[str] = []
+        if self.paths:
+            out.append("accepted by other routes that record the same trace (traced again at these sizes):")
+        for p in self.paths:
+            flipped = self._answered_otherwise(p.point)
+            asked = "; ".join(f"{self._describe(i)} at {self._origin(i)}" for i in flipped[:2])
+            more = f" (and {len(flipped) - 2} more)" if len(flipped) > 2 else ""
+            out.append(f"    {p.describe()}: takes another route" + (f" where {asked}{more}" if asked else "")
+                       + f"; its guards: {', '.join(c.text for c in p.guards) or 'none'}")
+        if self.probes:
+            out.append("traced again, another trace (rejected):")
+            out += [f"    {p.describe()}: {p.why}" for p in self.probes]
+        if ex.skipped:
+            out.append(f"other routes not explored: {ex.skipped}")
+        return out
+
+    def _answered_otherwise(self, point: Mapping[str, int]) -> list[int]:
+        """The example's bailouts (node indices) that are false at `point` (a division by zero
+        counts as 0: only the bailouts' answers are wanted)."""
+        from guardsolve.ir.concrete import INT_RULES
+        from guardsolve.ir.interp import RuleTable, interpret
+        from guardsolve.ir.ops import Op
+
+        found: list[int] = []
+        index = {id(n): i for i, n in enumerate(self.graph.nodes)}
+        current = [-1]
+
+        def enter(node: Any) -> None:
+            current[0] = index.get(id(node), -1)
+
+        def bailout(b: Any, *, expect: bool) -> None:
+            if bool(b) != expect:
+                found.append(current[0])
+
+        def total(fn: Callable[..., Any]) -> Callable[..., Any]:
+            def run(*a: Any, **k: Any) -> Any:
+                try:
+                    return fn(*a, **k)
+                except ZeroDivisionError:
+                    return 0
+            return run
+
+        table: dict[Op, Callable[..., Any]] = {op: total(fn) for op, fn in INT_RULES.items()}
+        table[Op.INT_PLACEHOLDER] = lambda *, name: point[name]
+        table[Op.INT_ARG] = lambda *, name, val=None: point[name]
+        table[Op.BOOL_BAILOUT] = bailout
+        table[Op.BOOL_OPAQUE] = lambda *, name: True
+        interpret(self.graph, RuleTable("answers", table, enter), validate=False)
+        return found
 
     def to_graph(self) -> Graph:
         """A guard graph with one bailout per constraint (its text form saves the guard set)."""
@@ -359,6 +424,8 @@ class GuardSet:
 
     def verify(self, timeout_ms: int = 10000) -> Certificate:
         """Prove with z3: equivalent to the original bailouts, and every constraint irredundant.
+        With merged paths (`paths`), "the original bailouts" are the disjunction of every
+        route's: the example's guard graph or any path's.
 
         Raises `VerificationError` with a counterexample when a proof fails (or is undecided).
         NOTE: group by group (`_groups`: parts of the graph and of the guard set that share no
@@ -376,9 +443,15 @@ class GuardSet:
         skip = frozenset(value_bailouts(self.graph))
         base: dict[str, int] = {d: 0 for d in self.dims}  # NOTE: a dim no guard mentions is free
         found: list[tuple[int, dict[str, int]]] = []
-        for nodes, members, dims in self._groups():
+        # NOTE: with merged paths the original is the disjunction of every route's bailouts
+        # (the example's and each path's graph), proved over all dims at once
+        groups = self._groups() if not self.paths else [
+            (list(range(len(self.graph.nodes))), list(range(len(self.constraints))), list(self.dims))]
+        for nodes, members, dims in groups:
             background = [var(d) >= 0 for d in dims if d in self.sizes]
             original = graph_to_z3(self.graph, var, nodes, skip, index)
+            if self.paths:
+                original = z3.Or(original, *[graph_to_z3(p.graph, var) for p in self.paths])
             mine = z3.And([parts[j] for j in members]) if members else z3.BoolVal(True, ctx)
             for premise, goal, what in ((original, mine, "the original bailouts do not imply the guard set"),
                                         (mine, original, "the guard set does not imply the original bailouts")):
@@ -397,7 +470,7 @@ class GuardSet:
                 m = s.model()
                 found.append((i, {d: m.eval(var(d), model_completion=True).as_long() for d in dims}))
         witnesses = {self.constraints[i].text: {**base, **point} for i, point in sorted(found)}
-        return Certificate(True, True, witnesses)
+        return Certificate(True, True, witnesses, len(self.paths))
 
     def _groups(self) -> list[tuple[list[int], list[int], list[str]]]:
         """(graph nodes, constraint indices, dims) of each part of the graph and the guard set

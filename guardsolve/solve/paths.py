@@ -144,12 +144,17 @@ def _mutates_constants(t: Any) -> bool:
 
 
 def _why_not(t: Any, e: BaseException) -> str:
+    """A probe's failure, said as its reason for not merging."""
+    from guardsolve.errors import UnsupportedOpError
     from guardsolve.trace.tracer import Diverged
 
     if isinstance(e, Diverged):
         loc = e.found.meta.get("loc") if e.found.meta else None
         where = f" ({loc})" if loc is not None else ""
         return f"records another trace: {e}{where}"
+    if isinstance(e, UnsupportedOpError) and e.reason.startswith("its shape rule rejects these sizes"):
+        inner = e.reason[len("its shape rule rejects these sizes ("):-1]
+        return f"{e.op}'s shape rule rejects these sizes: {inner[:200]}"
     first = (str(e).strip().splitlines() or [""])[0]
     return f"raises {type(e).__name__}: {first[:200]}"
 

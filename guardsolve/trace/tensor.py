@@ -263,11 +263,12 @@ class TracingMode(TorchDispatchMode):
         except GuardsolveError:
             raise
         except Exception as e:
-            if _decomposable(func):
+            if _decomposable(func) and real_out is not None:
                 # NOTE: a CompositeImplicit op whose decomposition fails on meta tensors (it reads
                 # an argument's data: `narrow(x, 0, t, 2)`, `tensor_split(x, t)`) decomposes
                 # here instead, over the traced tensors: its parts are traced ops (eager's own
-                # kernels, as its eager composite calls them)
+                # kernels, as its eager composite calls them). Not before eager has run (a probe's
+                # meta-first order): the rule may fail because the sizes are wrong
                 self.rec.real = None
                 with self:
                     return True, func.decompose(*args, **kwargs)
@@ -278,6 +279,9 @@ class TracingMode(TorchDispatchMode):
                 raise DataDependentError(f"{qualified_name(func)}: its output shape depends on tensor data"
                                          f"{self._at()}") from e
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            if real_out is None:  # NOTE: a probe's meta-first order: the sizes themselves may be wrong
+                raise UnsupportedOpError(qualified_name(func), f"its shape rule rejects these sizes "
+                                         f"({type(e).__name__}: {first})", self._where()) from e
             raise UnsupportedOpError(qualified_name(func), f"PyTorch's shape rule fails over symbolic sizes "
                                      f"({type(e).__name__}: {first})", self._where()) from e
         finally:

@@ -1,0 +1,289 @@
+"""Are the guards exact to the trace? op_db, module_db and the example models at sizes 0 and 1.
+
+For each program (op_db's first sample per op, module_db's first sample per module, the models
+of examples/models.py) the guards of `simplify(trace(fn, *inputs))` are judged on perturbed
+inputs: each dim at 0 and at 1, each class of equal dims together at 0 and at 1, every pair of
+those at 1, all dims at 0 and all at 1. A perturbed input where eager raises is skipped (no
+trace serves it). Otherwise a fresh trace at it records *the same trace* or not (the same
+nodes, placeholders' example shapes aside, output structure and static guards:
+`tracer.difference`), and the guards accept it or not. Side by side, the same counts for the
+example's path alone (`explore=False`).
+
+    accepted_same       the guards accept it and the fresh trace is the same     (wanted)
+    rejected_same       the guards reject it although the fresh trace is the same (over-restrictive)
+    accepted_different  the guards accept it and the fresh trace differs          (UNSOUND)
+    rejected_different  the guards reject it and the fresh trace differs or fails (wanted)
+
+Targets: rejected_same <= 1% of the same-trace inputs; accepted_different = 0. Each program
+runs in a forked child (an eager kernel that crashes at a perturbed size takes only its case).
+
+    python benchmarks/paths.py --jobs 2 --write     # about 10 minutes on 2 cores; writes PATHS.md
+    python benchmarks/paths.py --fast               # the subset tests/test_paths.py runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import multiprocessing
+import multiprocessing.connection
+import signal
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import coverage as cov  # noqa: E402  (benchmarks/coverage.py: op_db and module_db samples)
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 60
+KINDS = ("accepted_same", "rejected_same", "accepted_different", "rejected_different")
+FAST_OPS = ("add", "mul", "sin", "abs", "sum", "softmax", "view", "reshape", "cat", "matmul", "mm",
+            "nn.functional.linear", "nn.functional.layer_norm", "expand", "transpose", "index_select", "where")
+FAST_MODULES = ("nn.Linear", "nn.LayerNorm", "nn.LSTM", "nn.Conv2d", "nn.BatchNorm2d", "nn.Embedding")
+FAST_MODELS = ("lstm", "conv_net", "self_attention")
+
+
+@dataclass
+class Tally:
+    """One program's counts, for the guards with path merging and for the example's path alone."""
+
+    kind: str
+    name: str
+    merged: collections.Counter = field(default_factory=collections.Counter)
+    path: collections.Counter = field(default_factory=collections.Counter)
+    eager_raises: int = 0
+    note: str = ""
+    unsound: list[str] = field(default_factory=list)
+    over: list[str] = field(default_factory=list)
+
+
+def _resized(t: torch.Tensor, shape: list[int]) -> torch.Tensor:
+    from guardsolve.solve.paths import _resized as resized
+
+    return resized(t, shape)
+
+
+def perturbations(gs: Any, inputs: tuple[Any, ...]) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """The perturbed inputs of the sweep (see the module docstring), each named by its changes."""
+    from guardsolve.solve.paths import _classes
+
+    example = gs.input_dims(*inputs)
+    if example is None:
+        return
+    units = [(d,) for d in example] + _classes(gs)
+    points: list[dict[str, int]] = []
+    for u in units:
+        for v in (0, 1):
+            points.append({d: v for d in u})
+    for a, b in itertools.combinations(units, 2):
+        points.append({**{d: 1 for d in a}, **{d: 1 for d in b}})
+    points.append({d: 0 for d in example})
+    points.append({d: 1 for d in example})
+    seen = set()
+    for change in points:
+        p = {**example, **change}
+        key = tuple(sorted(p.items()))
+        if p == example or key in seen:
+            continue
+        seen.add(key)
+        new: list[Any] = []
+        for prm, v in zip(gs.signature, inputs):
+            new.append(_resized(v, [p[d] for d in prm.dims]) if prm.kind == "tensor" else p[prm.name])
+        yield ", ".join(f"{d}={p[d]}" for d in example if p[d] != example[d]), tuple(new)
+
+
+def judge(kind: str, name: str, fn: Callable[..., Any], inputs: tuple[Any, ...], send: Callable[..., None]) -> Tally:
+    import guardsolve
+    from guardsolve.trace.tracer import difference
+
+    tally = Tally(kind, name)
+    try:
+        t = guardsolve.trace(fn, *inputs)
+        base = guardsolve.simplify(t, explore=False, jobs=1)
+        gs = guardsolve.simplify(t, jobs=1)
+    except Exception as e:
+        tally.note = f"does not trace ({type(e).__name__})"
+        return tally
+    for what, variant in perturbations(base, inputs):
+        send(("case", what))
+        try:
+            torch.manual_seed(0)
+            fn(*variant)
+        except Exception:
+            tally.eager_raises += 1
+            continue
+        try:
+            torch.manual_seed(0)
+            same = difference(t, guardsolve.trace(fn, *variant)) is None
+        except Exception:
+            same = False
+        for counter, g in ((tally.merged, gs), (tally.path, base)):
+            ok = g.check(*variant)
+            counter[f"{'accepted' if ok else 'rejected'}_{'same' if same else 'different'}"] += 1
+        if gs.check(*variant) and not same:
+            tally.unsound.append(what)
+        if same and not gs.check(*variant):
+            tally.over.append(f"{what} ({gs.explain_failure(*variant)[:120]})")
+    return tally
+
+
+def programs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    ops = list(dict.fromkeys(cov._name(o) for o in cov.op_database()))
+    mods = [m.name for m in cov.module_database()]
+    sys.path.insert(0, str(ROOT / "examples"))
+    import models
+
+    names = list(models.MODELS)
+    if args.fast:
+        ops = [o for o in ops if o in FAST_OPS]
+        mods = [m for m in mods if m in FAST_MODULES]
+        names = [n for n in names if n in FAST_MODELS]
+    todo = [("op", o) for o in ops] + [("module", m) for m in mods] + [("model", n) for n in names]
+    return [e for e in todo if args.only is None or e[1] == args.only]
+
+
+def sample_of(kind: str, name: str) -> tuple[Callable[..., Any], tuple[Any, ...]] | None:
+    if kind == "model":
+        import models
+
+        make, inputs = models.MODELS[name]
+        torch.manual_seed(0)
+        m = make()
+
+        def call(*a: Any) -> Any:
+            out = m(*a)
+            return out.last_hidden_state if hasattr(out, "last_hidden_state") else out
+
+        return call, inputs()
+    if kind == "module":
+        info = next(m for m in cov.module_database() if m.name == name)
+        s = next(iter(cov.module_samples(info, 1)), None)
+    else:
+        op = next(o for o in cov.op_database() if cov._name(o) == name)
+        s = next(iter(cov.op_samples(op, 1)), None)
+    return None if s is None else (s.fn, s.inputs)
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise TimeoutError(f"over {TIMEOUT_S} s")
+
+
+def _child(entry: tuple[str, str], send: Any) -> None:
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(TIMEOUT_S)
+    kind, name = entry
+    try:
+        torch.manual_seed(0)
+        made = sample_of(kind, name)
+        tally = Tally(kind, name, note="no sample") if made is None else judge(kind, name, *made, send.send)
+    except Exception as e:
+        tally = Tally(kind, name, note=f"{type(e).__name__}: {str(e)[:80]}")
+    signal.alarm(0)
+    send.send(("tally", tally))
+    send.close()
+
+
+def sweep(todo: list[tuple[str, str]], jobs: int) -> list[Tally]:
+    """Each program in a forked child, `jobs` at a time; a child that dies leaves its program's
+    tally as far as it got, with the case it died in."""
+    ctx = multiprocessing.get_context("fork")
+    pending = list(todo)
+    running: dict[Any, tuple[tuple[str, str], Any, list[str]]] = {}
+    out: list[Tally] = []
+    while pending or running:
+        while pending and len(running) < jobs:
+            entry = pending.pop(0)
+            recv, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_child, args=(entry, send), daemon=True)
+            proc.start()
+            send.close()
+            running[recv] = (entry, proc, [])
+        for recv in multiprocessing.connection.wait(list(running), timeout=1.0):
+            entry, proc, cases = running[recv]
+            try:
+                msg = recv.recv()
+            except (EOFError, OSError):
+                proc.join(5)
+                out.append(Tally(*entry, note=f"process died at {cases[-1] if cases else 'start'} "
+                                             f"(exit code {proc.exitcode})"))
+                del running[recv]
+                continue
+            if msg[0] == "case":
+                cases.append(msg[1])
+                continue
+            out.append(msg[1])
+            proc.join(5)
+            recv.close()
+            del running[recv]
+            print(f"[{len(out)}/{len(todo)}] {entry[0]} {entry[1]}", file=sys.stderr, flush=True)
+    return out
+
+
+def table(tallies: list[Tally]) -> str:
+    judged = [t for t in tallies if t.merged or t.path]
+    lines = ["| guards | programs | perturbed inputs eager runs | " + " | ".join(KINDS) + " | rejected_same / same |",
+             "|---|---|---|" + "---|" * len(KINDS) + "---|"]
+    for label, attr in (("merged paths (default)", "merged"), ("example's path alone (explore=False)", "path")):
+        total = collections.Counter()
+        for t in judged:
+            total.update(getattr(t, attr))
+        same = total["accepted_same"] + total["rejected_same"]
+        lines.append(f"| {label} | {len(judged)} | {sum(total.values())} | " + " | ".join(str(total[k]) for k in KINDS)
+                     + f" | {100 * total['rejected_same'] / max(same, 1):.1f}% |")
+    by_kind = collections.Counter(t.kind for t in judged)
+    over = sum(1 for t in judged if t.merged["rejected_same"])
+    over0 = sum(1 for t in judged if t.path["rejected_same"])
+    lines += ["", f"Programs judged: {', '.join(f'{n} {k}s' for k, n in by_kind.items())}; "
+                  f"{sum(1 for t in tallies if t.note)} without a judgement (listed below). Programs with a "
+                  f"rejected_same input: {over} with merged paths, {over0} with the example's path alone."]
+    return "\n".join(lines)
+
+
+def details(tallies: list[Tally]) -> str:
+    lines = []
+    unsound = [t for t in tallies if t.unsound]
+    lines.append(f"### accepted_different (unsound): {sum(len(t.unsound) for t in unsound)}")
+    lines += [f"- {t.kind} {t.name}: {', '.join(t.unsound)}" for t in unsound]
+    over = [t for t in tallies if t.over]
+    lines += ["", f"### rejected_same (over-restrictive): {sum(len(t.over) for t in over)} in {len(over)} programs"]
+    lines += [f"- {t.kind} {t.name}: " + "; ".join(t.over[:3]) + (f"; ... {len(t.over) - 3} more" if len(t.over) > 3 else "")
+              for t in over]
+    notes = collections.Counter(t.note.split(" at ")[0] if t.note.startswith("process died") else t.note
+                                for t in tallies if t.note)
+    lines += ["", "### not judged", ""] + [f"- {n}: {k}" for k, n in notes.most_common()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--fast", action="store_true", help="the subset the default tests run")
+    p.add_argument("--only", help="one op, module or model by name")
+    p.add_argument("--write", action="store_true", help="write benchmarks/PATHS.md")
+    args = p.parse_args(argv)
+    start = time.perf_counter()
+    tallies = sweep(programs(args), args.jobs)
+    text = table(tallies) + "\n\n" + details(tallies)
+    print(text)
+    print(f"\n{time.perf_counter() - start:.0f} s", file=sys.stderr)
+    if args.write:
+        cmd = "python benchmarks/paths.py --jobs 2 --write"
+        (ROOT / "benchmarks" / "PATHS.md").write_text(
+            "# Guards exact to the trace: sizes 0 and 1 (benchmarks/paths.py)\n\n"
+            f"`{cmd}`, torch {torch.__version__}, {time.perf_counter() - start:.0f} s on this machine.\n\n"
+            + (__doc__ or "").split("\n\n", 1)[1].split("Targets:")[0].strip() + "\n\n" + text + "\n")
+    bad = sum(len(t.unsound) for t in tallies)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
