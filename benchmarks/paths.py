@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import itertools
 import multiprocessing
 import multiprocessing.connection
 import signal
@@ -64,43 +63,9 @@ class Tally:
     over: list[str] = field(default_factory=list)
 
 
-def _resized(t: torch.Tensor, shape: list[int]) -> torch.Tensor:
-    from guardsolve.solve.paths import _resized as resized
-
-    return resized(t, shape)
-
-
-def perturbations(gs: Any, inputs: tuple[Any, ...]) -> Iterator[tuple[str, tuple[Any, ...]]]:
-    """The perturbed inputs of the sweep (see the module docstring), each named by its changes."""
-    from guardsolve.solve.paths import _classes
-
-    example = gs.input_dims(*inputs)
-    if example is None:
-        return
-    units = [(d,) for d in example] + _classes(gs)
-    points: list[dict[str, int]] = []
-    for u in units:
-        for v in (0, 1):
-            points.append({d: v for d in u})
-    for a, b in itertools.combinations(units, 2):
-        points.append({**{d: 1 for d in a}, **{d: 1 for d in b}})
-    points.append({d: 0 for d in example})
-    points.append({d: 1 for d in example})
-    seen = set()
-    for change in points:
-        p = {**example, **change}
-        key = tuple(sorted(p.items()))
-        if p == example or key in seen:
-            continue
-        seen.add(key)
-        new: list[Any] = []
-        for prm, v in zip(gs.signature, inputs):
-            new.append(_resized(v, [p[d] for d in prm.dims]) if prm.kind == "tensor" else p[prm.name])
-        yield ", ".join(f"{d}={p[d]}" for d in example if p[d] != example[d]), tuple(new)
-
-
 def judge(kind: str, name: str, fn: Callable[..., Any], inputs: tuple[Any, ...], send: Callable[..., None]) -> Tally:
     import guardsolve
+    from guardsolve.testing import boundary_variants
     from guardsolve.trace.tracer import difference
 
     tally = Tally(kind, name)
@@ -111,7 +76,7 @@ def judge(kind: str, name: str, fn: Callable[..., Any], inputs: tuple[Any, ...],
     except Exception as e:
         tally.note = f"does not trace ({type(e).__name__})"
         return tally
-    for what, variant in perturbations(base, inputs):
+    for what, variant in boundary_variants(base, inputs):
         send(("case", what))
         try:
             torch.manual_seed(0)

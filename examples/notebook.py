@@ -4,7 +4,10 @@
    hand-written shape rules: the teaching path. 5 bailouts -> `a0 == b0`, `a0 != 1`.
 2. guardsolve's tracer, where PyTorch's own shape rules (its meta kernels and decompositions)
    decide (for `aten.add.Tensor`, FakeTensor's fast path for binary pointwise ops: 4 questions).
-   The minimal guards are the same.
+   The example's path has the same minimal guards. But the trace records `aten.add.Tensor`,
+   not an explicit expand: traced again with `a` or `b` of size 1, it takes the broadcast route
+   and records the very same trace. Merged, the guards are exact to the trace:
+   `(a0 == 1) or (a0 == b0) or (b0 == 1)`.
 
 Run: python examples/notebook.py
 """
@@ -72,8 +75,11 @@ def pytorch_path() -> None:
     guards = t.guard_graph()
     print(f"\n# printed guards ({len(guards.bailouts())} bailouts)")
     print("\n".join(guardsolve.print_guards(guards)))
+    path = guardsolve.simplify(t, explore=False)
+    print(f"\n# minimal guards of the example's path ({len(guards.bailouts())} bailouts -> {len(path)} constraints)")
+    print(path)
     gs = guardsolve.simplify(t)
-    print(f"\n# minimal guards ({len(guards.bailouts())} bailouts -> {len(gs)} constraints)")
+    print(f"\n# minimal guards exact to the trace ({len(gs.paths)} more routes record it)")
     print(gs)
     print("\n# where each guard came from")
     print(gs.explain())
@@ -82,7 +88,8 @@ def pytorch_path() -> None:
     print("\n# compiled check")
     print(gs.source())
     print(f"\ncheck([4], [4]) = {gs.check(torch.ones(4), torch.ones(4))}; "
-          f"check([4], [8]) = {gs.check(torch.ones(4), torch.ones(8))}")
+          f"check([4], [8]) = {gs.check(torch.ones(4), torch.ones(8))}; "
+          f"check([4], [1]) = {gs.check(torch.ones(4), torch.ones(1))}")
 
 
 def main() -> None:

@@ -168,9 +168,11 @@ class GuardedFunction:
     """A function whose traces are reused exactly when their guards accept the inputs."""
 
     def __init__(self, fn: Callable[..., Any], max_entries: int = 8, evict: bool = False,
-                 value_guards: bool = False, timeout_ms: int = 5000, miss_history: int = 32):
+                 value_guards: bool = False, timeout_ms: int = 5000, miss_history: int = 32,
+                 explore: bool | int = True):
         functools.update_wrapper(self, fn)
         self.fn = fn
+        self.explore = explore
         self.max_entries = max_entries
         self.evict = evict
         self.value_guards = value_guards
@@ -339,7 +341,8 @@ class GuardedFunction:
         static += [value_guard(names[i], values[i]) for i in range(len(values)) if i not in traced]
         if self._modules is not None:
             static.append(self._training_guard())
-        gs = simplify(t, timeout_ms=self.timeout_ms).with_static(static, names)
+        gs = simplify(t, timeout_ms=self.timeout_ms, explore=self.explore).with_static(static, names)
+        t.inputs = None  # NOTE: the entry keeps its trace, not the call's tensors
         run = compile_replay(t.graph, t.out_spec, t.constants)
         assert gs._check is not None
         return Entry(t, gs, run, names, None if plain or len(traced) == len(values) else traced, gs._check,
@@ -412,13 +415,19 @@ _MISS = object()
 
 
 def guarded(fn: Callable[..., Any] | None = None, *, max_entries: int = 8, evict: bool = False,
-            value_guards: bool = False, timeout_ms: int = 5000, miss_history: int = 32) -> Any:
+            value_guards: bool = False, timeout_ms: int = 5000, miss_history: int = 32,
+            explore: bool | int = True) -> Any:
     """Decorator: cache traces of `fn` and reuse one whenever its guards accept the inputs.
+
+    Each entry's guards are exact to its trace (`simplify`'s `explore`): a miss traces `fn`
+    again at sizes 0 and 1 and merges the routes that record the same trace, so a batch-1
+    call of an MLP hits the entry its batch-2 call made. `explore=False` keeps each trace's own
+    route (fewer calls of `fn` per miss; more misses).
 
     Past `max_entries` a miss runs `fn` eagerly with a warning, or, with `evict=True`, drops the
     least recently used entry. `miss_history` bounds `cache_info().miss_reasons` (the last
     misses'). A solver timeout (`timeout_ms`) keeps the constraint it could not decide.
     """
     def wrap(f: Callable[..., Any]) -> GuardedFunction:
-        return GuardedFunction(f, max_entries, evict, value_guards, timeout_ms, miss_history)
+        return GuardedFunction(f, max_entries, evict, value_guards, timeout_ms, miss_history, explore)
     return wrap(fn) if fn is not None else wrap

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from guardsolve.errors import GuardFailure, InterpretError
 from guardsolve.ir.concrete import run_concrete
@@ -241,6 +241,39 @@ def perturbed_inputs(rng: random.Random, inputs: tuple[Any, ...], count: int) ->
                 variant.append(x)
         out.append(tuple(variant))
     return out
+
+
+def boundary_variants(gs: Any, inputs: tuple[Any, ...]) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """Inputs at sizes 0 and 1: each dim, each class of dims the guards hold equal (together),
+    every pair of those at 1, all dims at 0 and all at 1; each named by its changes. The
+    values come from `inputs` (`paths._resized`: indices stay in range).
+
+    >>> import torch, guardsolve
+    >>> gs = guardsolve.simplify(guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4)), explore=False)
+    >>> [what for what, _ in boundary_variants(gs, (torch.ones(4), torch.ones(4)))]
+    ['a0=0', 'a0=1', 'b0=0', 'b0=1', 'a0=0, b0=0', 'a0=1, b0=1']
+    """
+    import itertools
+
+    from guardsolve.solve.paths import _classes, _resized
+
+    example = gs.input_dims(*inputs)
+    if example is None:
+        return
+    units = [(d,) for d in example] + _classes(gs)
+    points = [{d: v for d in u} for u in units for v in (0, 1)]
+    points += [{**{d: 1 for d in a}, **{d: 1 for d in b}} for a, b in itertools.combinations(units, 2)]
+    points += [{d: v for d in example} for v in (0, 1)]
+    seen = set()
+    for change in points:
+        p = {**example, **change}
+        key = tuple(sorted(p.items()))
+        if p == example or key in seen:
+            continue
+        seen.add(key)
+        new = [_resized(v, [p[d] for d in prm.dims]) if prm.kind == "tensor" else p[prm.name]
+               for prm, v in zip(gs.signature, inputs)]
+        yield ", ".join(f"{d}={p[d]}" for d in example if p[d] != example[d]), tuple(new)
 
 
 def exactness_failures(fn: Callable[..., Any], inputs: tuple[Any, ...], *, count: int = 12,

@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 import z3
 
 from guardsolve.errors import InputMismatchError
-from guardsolve.guards.expr import FALSE, TRUE, Formula, Poly, Rel, conjuncts, substitute
+from guardsolve.guards.expr import FALSE, TRUE, Formula, Or, Poly, Rel, conjuncts, disj, substitute
 from guardsolve.ir.ops import Op
 from guardsolve.solve.constraint import Constraint, DimOrder, render_formula
 from guardsolve.solve.smt import formula_to_z3, reduce_component, z3_vars
@@ -337,6 +337,34 @@ def _order(gs: Any) -> DimOrder:
     return DimOrder(first + [d for d in gs.dims if d not in first])
 
 
+def _under_convention(f: Formula, dyn: Sequence[str]) -> Formula:
+    """`f` read under torch.export's convention that a dynamic size is at least 2: of a
+    disjunction (merged routes: `(a0 == 1) or (a0 == b0) or (b0 == 1)`), the disjuncts on one
+    dynamic dim that no size >= 2 satisfies are dropped, and one every such size satisfies makes
+    it true. So the routes at sizes 0 and 1 ask torch.export for nothing.
+
+    >>> from guardsolve.guards.expr import disj, rel
+    >>> a, b = Poly.var("a0"), Poly.var("b0")
+    >>> _under_convention(disj([rel("eq", a, Poly.const(1)), rel("eq", a, b)]), ["a0", "b0"]) == rel("eq", a, b)
+    True
+    """
+    from guardsolve.solve.disjoin import IntSet, one_dim_set
+
+    if not isinstance(f, Or):
+        return f
+    kept = []
+    for part in f.args:
+        one = one_dim_set(part)
+        if one is not None and one[0] in dyn:
+            d, values = one
+            if values.inter(IntSet.at_least(MIN_DYNAMIC)) == IntSet.empty():
+                continue
+            if IntSet.at_least(MIN_DYNAMIC).subset(values):
+                return TRUE
+        kept.append(part)
+    return disj(kept)
+
+
 def _substituted(gs: Any, static: dict[str, int], dyn: Sequence[str], order: DimOrder,
                  timeout_ms: int) -> tuple[list[Formula], list[frozenset[int]]]:
     """The guards with static dims replaced by their values, minus those the rest implies."""
@@ -346,6 +374,7 @@ def _substituted(gs: Any, static: dict[str, int], dyn: Sequence[str], order: Dim
     found: dict[Formula, set[int]] = {}
     for c in gs:
         f = substitute(c.formula, s) if set(c.dims) & set(static) else c.formula
+        f = _under_convention(f, dyn)
         assert f != FALSE, "the example satisfies every guard"
         for part in conjuncts(f):
             if part != TRUE:
@@ -353,7 +382,8 @@ def _substituted(gs: Any, static: dict[str, int], dyn: Sequence[str], order: Dim
     # NOTE: removal is tried on the longest texts first, so of two equivalent guards the
     # simpler one survives (as in simplify).
     items = sorted(found, key=lambda f: -len(render_formula(f, order)))
-    conv = [Rel("le", Poly.const(MIN_DYNAMIC) - Poly.var(d)) for d in dyn]
+    mentioned = set().union(*(f.dims() for f in items)) if items else set()
+    conv = [Rel("le", Poly.const(MIN_DYNAMIC) - Poly.var(d)) for d in dyn if d in mentioned]
     labels = [render_formula(f, order) for f in items]
 
     def unsat(idx: list[int]) -> Exception:

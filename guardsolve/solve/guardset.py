@@ -361,6 +361,10 @@ class GuardSet:
             more = f" (and {len(flipped) - 2} more)" if len(flipped) > 2 else ""
             out.append(f"    {p.describe()}: takes another route" + (f" where {asked}{more}" if asked else "")
                        + f"; its guards: {', '.join(c.text for c in p.guards) or 'none'}")
+        if ex.unmerged:
+            out.append(f"the same trace, not merged (more than {len(self.constraints)} guards would be needed):")
+            out += [f"    {p.describe()}: its guards: {', '.join(c.text for c in p.guards) or 'none'}"
+                    for p in ex.unmerged]
         if self.probes:
             out.append("traced again, another trace (rejected):")
             out += [f"    {p.describe()}: {p.why}" for p in self.probes]

@@ -73,6 +73,7 @@ class Exploration:
 
     paths: list[Path] = field(default_factory=list)
     probes: list[Probe] = field(default_factory=list)
+    unmerged: list[Path] = field(default_factory=list)  # same trace, left out to keep the guards few
     traces: int = 0
     seconds: float = 0.0
     skipped: str | None = None  # why nothing was explored
@@ -159,6 +160,31 @@ def _why_not(t: Any, e: BaseException) -> str:
     return f"raises {type(e).__name__}: {first[:200]}"
 
 
+def _decided(e: BaseException) -> bool:
+    """Does the failure follow from the decisions recorded before it (so every input that
+    makes them fails the same way)? A divergence does, and so does a shape rule that rejects
+    the sizes (its checks are recorded decisions); an eager kernel's error need not."""
+    from guardsolve.errors import UnsupportedOpError
+    from guardsolve.trace.tracer import Diverged
+
+    return isinstance(e, Diverged) or (isinstance(e, UnsupportedOpError)
+                                       and e.reason.startswith("its shape rule rejects these sizes"))
+
+
+def _inside(g: Graph, point: Mapping[str, int]) -> bool:
+    """Does `point` make every decision recorded in guard graph `g` as it was made?"""
+    from guardsolve.errors import GuardFailure, InterpretError
+    from guardsolve.ir.concrete import run_concrete
+
+    try:
+        run_concrete(g, dict(point))
+    except GuardFailure:
+        return False
+    except (InterpretError, ZeroDivisionError, KeyError):
+        return False
+    return True
+
+
 def _candidates(example: Mapping[str, int], units: Sequence[tuple[str, ...]], point: Mapping[str, int]
                 ) -> Iterator[tuple[dict[str, int], tuple[str, ...]]]:
     for u in units:
@@ -192,9 +218,21 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
     units = [(d,) for d in example] + _classes(base)
     budget = 4 * len(units) + 4 if limit is None else limit
     queue = deque(_candidates(example, units, example))
+    # NOTE: then mixes: every dim at 0, at 1, and each pair of dims or classes at 1 (a route
+    # may need both: a broadcast of two size-1 operands)
+    for v in VALUES:
+        mix = {d: v for d in example}
+        queue.append((mix, tuple(d for d in example if mix[d] != example[d])))
+    for i, a in enumerate(units):
+        for b in units[i + 1:]:
+            mix = {**example, **{d: 1 for d in a + b}}
+            queue.append((mix, tuple(d for d in example if mix[d] != example[d])))
     seen = {tuple(sorted(example.items()))}
     looked = 0
     accepts: list[Callable[..., bool]] = [base.check_dims]
+    # NOTE: regions known to record another trace: the decisions a probe made before it
+    # diverged (or before a shape rule rejected its sizes) hold at every point of the region
+    rejects: list[Graph] = []
     rng = torch.random.get_rng_state()
     try:
         while queue and out.traces < budget and looked < 64 * budget:
@@ -207,11 +245,21 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
             if any(ok(point) for ok in accepts):
                 queue.extend(_candidates(example, units, point))
                 continue
+            known = next((g for g in rejects if _inside(g, point)), None)
+            if known is not None:
+                out.probes.append(Probe(point, changed, f"(not traced: it decides as the probe at {known.meta['probe']} did) "
+                                                        f"{known.meta['why']}"))
+                continue
             out.traces += 1
             try:
                 u = _trace(t.fn, _inputs_at(t, point), t.value_guards, expect=t.graph.nodes)
             except Exception as e:  # NOTE: any failure at the new sizes is a route not merged
-                out.probes.append(Probe(point, changed, _why_not(t, e)))
+                why = _why_not(t, e)
+                out.probes.append(Probe(point, changed, why))
+                prefix = getattr(e, "prefix_guards", None)
+                if prefix is not None and _decided(e):
+                    prefix.meta.update(probe=Probe(point, changed, why).describe(), why=why)
+                    rejects.append(prefix)
                 continue
             why = difference(t, u)
             if why is not None:
@@ -258,6 +306,27 @@ def merged_clauses(base: Any, paths: Sequence[Path]) -> list[tuple[Any, frozense
     literals = [path_literals(base, True)] + [path_literals(p.guards, False) for p in paths]
     dims = list(base.dims) + [d for p in paths for d in p.guards.dims if d not in base.dims]
     return disjoin(literals, dims, base.sizes)
+
+
+def guard_budget(base: Any) -> int:
+    """How many guards merged routes may take: a reader's budget, not the solver's (routes
+    that would need more stay listed, unmerged)."""
+    return max(8, 2 * len(base.constraints) + 2)
+
+
+def select_paths(base: Any, paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    """The routes to merge, in the order found, each kept while the disjunction's clauses stay
+    within `guard_budget`; and those left out. A route that needs many clauses (the broadcasts
+    of three operands, each at size 1 alone) is still a route: `explain()` lists it."""
+    limit = guard_budget(base)
+    kept: list[Path] = []
+    left: list[Path] = []
+    for p in paths:
+        if len(merged_clauses(base, kept + [p])) <= limit:
+            kept.append(p)
+        else:
+            left.append(p)
+    return kept, left
 
 
 def prove_union(constraints: Sequence[Constraint], sets: Sequence[Sequence[Constraint]], sizes: Any,

@@ -556,7 +556,7 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
     the same trace: the disjunction of their guards (`disjoin`), made minimal by the same
     stages, and proved by z3 equal to the disjunction. Provenance stays with the example's
     bailouts; those a path answers otherwise are `widened`."""
-    from guardsolve.solve.paths import explore, merged_clauses, prove_union
+    from guardsolve.solve.paths import explore, merged_clauses, prove_union, select_paths
     from guardsolve.solve.tograph import emit_bailout
     from guardsolve.ir.ops import Op
 
@@ -566,6 +566,7 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
         return GuardSet(base.constraints, base.graph, base.dims, base.sizes, base.signature, set(base.implied),
                         base.undecided, base.tautologies, base.value_guards, static=base.static,
                         params=base.params, exploration=ex)
+    ex.paths, ex.unmerged = select_paths(base, ex.paths)
     clauses = merged_clauses(base, ex.paths)
     g = Graph(meta={"signature": base.signature})
     for d in base.dims:

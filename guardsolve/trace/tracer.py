@@ -208,13 +208,30 @@ def difference(t: Trace, u: Trace) -> str | None:
             return str(Diverged(i, a, b))
     if len(u.graph.nodes) != len(t.graph.nodes):
         return f"the trace has {len(u.graph.nodes)} nodes where the trace has {len(t.graph.nodes)}"
-    if u.out_spec != t.out_spec:
+    if not _same_spec(u.out_spec, t.out_spec):
         return "another output structure"
     if [g.text for g in u.static] != [g.text for g in t.static]:
         return "another memory layout"
     if u.opaque != t.opaque:
         return "output objects a replay cannot rebuild"
     return None
+
+
+def _same_spec(a: Any, b: Any) -> bool:
+    """Equal output structures (`Ref`s and constants; constant tensors compared by value)."""
+    from torch.utils._pytree import tree_flatten
+
+    (la, sa), (lb, sb) = tree_flatten(a), tree_flatten(b)
+    if sa != sb or len(la) != len(lb):
+        return False
+    for x, y in zip(la, lb):
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
+                    and x.dtype == y.dtype and torch.equal(x, y)):
+                return False
+        elif type(x) is not type(y) or x != y:
+            return False
+    return True
 
 
 class _Expecting(Graph):
@@ -280,6 +297,12 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
     try:
         with _presents_as_tracing(), torch._C._AutoDispatchBelowAutograd(), mode:
             result = call_user(fn, *args)
+    except Exception as e:
+        if expect is not None:
+            # NOTE: a probe's caller reads where it stopped: the decisions made up to here
+            # decide the node it diverged at, or the shape rule that rejected its sizes
+            e.prefix_guards = rec.guards  # type: ignore[attr-defined]
+        raise
     finally:
         notes = scrub(fn)  # NOTE: also when the trace raises: the user's objects stay usable
         rec.rules.close()

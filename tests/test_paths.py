@@ -1,0 +1,235 @@
+"""Guards exact to the trace: the routes that record the same trace are merged (solve/paths.py).
+
+The oracle everywhere: at a perturbed input where eager runs, a fresh trace records the same
+trace (`tracer.difference`) exactly when the guards accept it; where the guards accept, the
+saved trace's replay equals eager.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import guardsolve
+from guardsolve.solve.disjoin import IntSet, clauses_text
+from guardsolve.solve.paths import prove_union
+from guardsolve.testing import boundary_variants, examples
+from guardsolve.trace.replay import run_trace
+from guardsolve.trace.tracer import difference
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _judge(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[guardsolve.GuardSet, list[str]]:
+    """The merged guards, and every boundary input where they are not exact to the trace."""
+    t = guardsolve.trace(fn, *inputs)
+    gs = guardsolve.simplify(t)
+    wrong = []
+    for what, variant in boundary_variants(guardsolve.simplify(t, explore=False), inputs):
+        try:
+            expected = fn(*variant)
+        except Exception:  # NOTE: eager raises: no trace serves it
+            if gs.check(*variant):
+                wrong.append(f"{what}: accepted, eager raises")
+            continue
+        try:
+            same = difference(t, guardsolve.trace(fn, *variant)) is None
+        except Exception:
+            same = False
+        if gs.check(*variant) != same:
+            wrong.append(f"{what}: check says {gs.check(*variant)}, the fresh trace is "
+                         f"{'the same' if same else 'another'}")
+        if same and gs.check(*variant):
+            got = run_trace(t, *variant)
+            assert torch.allclose(got, expected, equal_nan=True), what
+    return gs, wrong
+
+
+LAYER = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+CASES = {
+    "sin": (lambda x: x.sin(), (torch.randn(32, 8),), []),
+    "abs": (lambda x: x.abs(), (torch.randn(32, 8),), []),
+    "linear": (torch.nn.Linear(8, 4), (torch.randn(5, 8),), ["input1 == 8"]),
+    "layer_norm": (torch.nn.LayerNorm(8), (torch.randn(5, 8),), ["input1 == 8"]),
+    "view": (lambda x: x.view(x.shape[0], -1), (torch.randn(3, 4, 5),), ["x0 >= 1"]),
+    "sum": (lambda x: x.sum(0), (torch.randn(3, 4),), []),
+    "add": (lambda a, b: a + b, (torch.randn(4), torch.randn(4)), ["(a0 == 1) or (a0 == b0) or (b0 == 1)"]),
+    "transformer_layer": (LAYER, (torch.randn(2, 5, 16),), None),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_sizes_0_and_1_accepted_exactly_where_the_trace_is_the_same(name: str) -> None:
+    fn, inputs, expected = CASES[name]
+    with torch.no_grad():
+        gs, wrong = _judge(fn, inputs)
+    assert wrong == [], wrong
+    if expected is not None:
+        assert [c.text for c in gs] == expected
+    gs.verify()
+
+
+def test_the_path_alone_rejects_what_the_merged_guards_accept() -> None:
+    t = guardsolve.trace(torch.nn.Linear(8, 4), torch.randn(5, 8))
+    assert [c.text for c in guardsolve.simplify(t, explore=False)] == ["input1 == 8", "input0 != 1"]
+    merged = guardsolve.simplify(t)
+    assert merged.check(torch.randn(1, 8)) and len(merged.paths) == 1
+    assert "input0=1: takes another route where assert not (input0 == 1)" in merged.explain()
+    assert "aten.linear.default's shape rule" in merged.explain()
+
+
+def test_the_seed_ir_keeps_its_own_semantics() -> None:
+    """A parsed seed trace is no function to trace again: the notebook's own five-op IR keeps
+    `a0 == b0`, `a0 != 1` (its explicit `var_expand` records another trace at size 1)."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import notebook
+
+    gs = guardsolve.simplify(guardsolve.Graph.parse(notebook.SEED_TRACE))
+    assert [c.text for c in gs] == ["a0 == b0", "a0 != 1"] and gs.paths == ()
+
+
+def test_user_code_that_branches_on_the_size_still_rejects() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.sin() if x.shape[0] > 1 else x.cos()
+
+    gs = guardsolve.simplify(guardsolve.trace(f, torch.randn(5, 8)))
+    assert [c.text for c in gs] == ["x0 >= 2"]
+    why = gs.explain_failure(torch.randn(1, 8))
+    assert why.startswith("x0 >= 2 failed (x0=1)") and "traced again at these sizes, it records another trace" in why
+
+
+def test_a_size_where_eager_raises_is_not_merged() -> None:
+    m = torch.nn.LSTM(8, 16, batch_first=True).eval()
+    gs = guardsolve.simplify(guardsolve.trace(m, torch.randn(2, 5, 8)))
+    assert [c.text for c in gs] == ["input2 == 8", "input1 >= 1"]
+    with pytest.raises(RuntimeError, match="sequence length"):
+        m(torch.randn(0, 0, 8))
+    assert not gs.check(torch.randn(0, 0, 8)) and gs.check(torch.randn(0, 3, 8)) and gs.check(torch.randn(1, 1, 8))
+
+
+def test_gpt2_at_batch_1_takes_another_route_and_is_rejected() -> None:
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(ROOT / "examples"))
+    import models
+
+    torch.manual_seed(0)
+    m = models.gpt2()
+    ids = torch.randint(0, 100, (2, 16))
+    gs = guardsolve.simplify(guardsolve.trace(m, ids))
+    assert not gs.check(torch.randint(0, 100, (1, 16)))
+    why = gs.explain_failure(torch.randint(0, 100, (1, 16)))
+    assert "records another trace" in why and "modeling_gpt2.py" in why, why
+
+
+def test_guarded_serves_batch_1_from_the_batch_2_entry() -> None:
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    g = guardsolve.guarded(mlp)
+    with torch.no_grad():
+        g(torch.randn(2, 8))
+        x = torch.randn(1, 8)
+        assert torch.equal(g(x), mlp(x))
+    info = g.cache_info()
+    assert (info.entries, info.hits, info.misses) == (1, 1, 1)
+    off = guardsolve.guarded(mlp, explore=False)
+    with torch.no_grad():
+        off(torch.randn(2, 8))
+        off(torch.randn(1, 8))
+    assert off.cache_info().entries == 2
+
+
+def test_exploration_leaves_the_random_stream_and_training_modules_alone() -> None:
+    torch.manual_seed(3)
+    expected = torch.rand(4)
+    torch.manual_seed(3)
+    guardsolve.simplify(guardsolve.trace(lambda x: torch.nn.functional.dropout(x, 0.5), torch.randn(4, 4)))
+    bn = torch.nn.BatchNorm1d(4).train()
+    t = guardsolve.trace(bn, torch.randn(3, 4))
+    before = bn.running_mean.clone()
+    gs = guardsolve.simplify(t)
+    assert torch.equal(bn.running_mean, before)
+    assert gs.exploration.skipped is not None and "writes to a parameter or buffer" in gs.exploration.skipped
+    torch.manual_seed(3)
+    torch.rand(4)  # NOTE: the stream the trace consumed is the user's; the probes' is not
+    assert gs.exploration.traces == 0
+
+
+def test_verify_proves_the_disjunction_of_the_routes() -> None:
+    gs = guardsolve.simplify(guardsolve.trace(lambda a, b: a + b, torch.randn(4), torch.randn(4)))
+    cert = gs.verify()
+    assert cert.equivalent and cert.irredundant and cert.paths == len(gs.paths) == 3
+    assert "the disjunction of 4 routes' bailouts" in str(cert)
+    assert prove_union(list(gs), [list(guardsolve.simplify(gs.graph))] + [list(p.guards) for p in gs.paths],
+                       gs.sizes, 5000) is None
+
+
+def test_disjoin_merges_one_dim_sets_and_distributes_the_rest() -> None:
+    p0 = {"sets": {"x0": IntSet.at_least(2), "x1": IntSet.at_least(2)}, "rest": {}}
+    p1 = {"sets": {"x0": IntSet.point(1), "x1": IntSet.at_least(2)}, "rest": {}}
+    p2 = {"sets": {"x0": IntSet.point(0), "x1": IntSet.at_least(2)}, "rest": {}}
+    assert clauses_text([p0, p1, p2], {"x0", "x1"}) == ["x1 >= 2"]
+    assert clauses_text([p0, {"sets": {"x1": IntSet.point(1)}, "rest": {}}], {"x0", "x1"}) == \
+        ["x0 >= 2 or x1 == 1", "x1 >= 1"]
+    assert IntSet.full().minus_point(1).union(IntSet.point(1)) == IntSet.full()
+
+
+# -- property: random programs ---------------------------------------------------------------
+
+UNARY = [torch.sin, torch.relu, lambda x: x.sum(-1, keepdim=True), lambda x: x.softmax(-1),
+         lambda x: x.view(x.shape[0], -1), lambda x: x.transpose(0, 1).contiguous(), lambda x: x * 2]
+BINARY = [torch.add, torch.mul, lambda a, b: torch.cat([a, b], 0), lambda a, b: a @ b.transpose(0, 1)]
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(ops=st.lists(st.integers(0, len(UNARY) - 1), min_size=1, max_size=3), binary=st.integers(0, len(BINARY) - 1),
+       a=st.tuples(st.integers(1, 5), st.integers(1, 5)), b=st.tuples(st.integers(1, 5), st.integers(1, 5)))
+def test_random_programs_accept_only_the_same_trace(ops: list[int], binary: int, a: tuple, b: tuple) -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        z = BINARY[binary](x, y)
+        for k in ops:
+            z = UNARY[k](z)
+        return z
+
+    x, y = torch.randn(*a), torch.randn(*b)
+    try:
+        fn(x, y)
+    except Exception:
+        return
+    gs, wrong = _judge(fn, (x, y))
+    unsound = [w for w in wrong if "check says True" in w or "eager raises" in w]
+    assert unsound == [], unsound
+    # NOTE: each merged route is proved: the guards are the disjunction of the routes' guards
+    assert prove_union(list(gs), [list(guardsolve.simplify(gs.graph))] + [list(p.guards) for p in gs.paths],
+                       gs.sizes, 5000) is None
+
+
+# -- the sweep's fast subset and the command line ----------------------------------------------
+
+
+def test_fast_sweep_has_no_unsound_merge() -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "paths.py"), "--fast"], capture_output=True,
+                         text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "### accepted_different (unsound): 0" in out.stdout
+    row = next(line for line in out.stdout.splitlines() if line.startswith("| merged paths"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert int(cells[5]) == 0 and int(cells[3]) > 0, row
+
+
+def test_report_lists_the_routes_merged_and_can_keep_the_path_alone() -> None:
+    cmd = [sys.executable, "-m", "guardsolve", "report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4"]
+    text = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert text.returncode == 0, text.stderr
+    assert "(a0 == 1) or (a0 == b0) or (b0 == 1)" in text.stdout and "same trace at a0=1" in text.stdout
+    off = subprocess.run(cmd + ["--no-explore"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert "a0 == b0\n" in off.stdout and "a0 != 1\n" in off.stdout and "other routes" not in off.stdout
+    doc = json.loads(subprocess.run(cmd + ["--format", "json"], capture_output=True, text=True, cwd=ROOT,
+                                    timeout=300).stdout)
+    assert [p["at"] for p in doc["paths"]["merged"]] == [{"a0": 1, "b0": 4}, {"a0": 4, "b0": 1}, {"a0": 1, "b0": 1}]
+    assert doc["paths"]["rejected"][0]["why"].startswith("aten.add.Tensor's shape rule rejects these sizes")
