@@ -86,7 +86,8 @@ def json_report(gs: GuardSet, info: ReportInfo) -> str:
             "merged": [{"at": dict(p.point), "changed": list(p.changed), "guards": [c.text for c in p.guards],
                         "answers_otherwise": _sources(gs, gs._answered_otherwise(p.point), info.graph_file)}
                        for p in gs.paths],
-            "rejected": [{"at": dict(p.point), "changed": list(p.changed), "why": p.why} for p in gs.probes],
+            "rejected": [{"at": dict(p.point), "changed": list(p.changed), "why": p.why, "traced": p.like is None,
+                          "decides_as": p.like} for p in gs.probes],
         }
     if info.dynamic:
         j = judgement(gs, info)
@@ -166,7 +167,7 @@ def path_lines(gs: GuardSet, rejected: int = 6) -> list[str]:
         lines.append(f"    same trace at {p.describe()}: {gs._describe(asked[0]) if asked else 'another route'}"
                      f" answered otherwise{where}")
     for p in gs.probes[:rejected]:
-        lines.append(f"    rejected at {p.describe()}: {p.why}")
+        lines.append(f"    rejected at {p.describe()}: {p.because()}")
     if len(gs.probes) > rejected:
         lines.append(f"    ... and {len(gs.probes) - rejected} more (--format json lists them all)")
     return lines

@@ -263,9 +263,9 @@ class GuardSet:
         if c is None:
             return "all guards hold"
         values = ", ".join(f"{d}={dims[d]}" for d in c.dims)
-        where = f" — {self._origin(min(c.prov))}" if c.prov else ""
+        where = f"{self._asked(min(c.prov))} — {self._origin(min(c.prov))}" if c.prov else ""
         probe = next((p for p in self.probes if dict(p.point) == dims), None)
-        why = f"; traced again at these sizes, it {probe.why}" if probe is not None else ""
+        why = f"; traced again at these sizes, it {probe.because()}" if probe is not None else ""
         return f"{c.text} failed ({values}){where}{why}"
 
     def judge_dynamic(self, dynamic: Sequence[str], example: Any = None) -> Any:
@@ -307,14 +307,18 @@ class GuardSet:
             return f"{self._printed[n.outputs[0]]} needs a non-zero divisor"
         return str(n)
 
+    def _asked(self, i: int) -> str:
+        """` (aten.add.Tensor's shape rule)`: the op whose shape rule asked bailout `i`, if any."""
+        op = self.graph.nodes[i].meta.get("op")
+        return f" ({op}'s shape rule)" if op and self.graph.nodes[i].meta.get("loc") is not None else ""
+
     def _origin(self, i: int) -> str:
         n = self.graph.nodes[i]
         loc = n.meta.get("loc")
-        op = f" (asked by {n.meta['op']}'s shape rule)" if n.meta.get("op") else ""
         if loc is not None:
-            return f"{loc.short_file}:{loc.line}  {loc.code or linecache.getline(loc.file, loc.line).strip()}{op}"
-        if op:
-            return op.strip()[1:-1]
+            return f"{loc.short_file}:{loc.line}  {loc.code or linecache.getline(loc.file, loc.line).strip()}"
+        if n.meta.get("op"):
+            return f"{n.meta['op']}'s shape rule"
         if n.meta.get("trace_line") is not None:
             return f"trace line {n.meta['trace_line']}: {n.meta['trace_node']}"
         line = n.meta.get("line")
@@ -329,7 +333,7 @@ class GuardSet:
         for c in self.constraints:
             out.append(c.text)
             for i in sorted(c.prov):
-                out.append(f"    from {self._describe(i)}  at {self._origin(i)}")
+                out.append(f"    from {self._describe(i)}{self._asked(i)}  at {self._origin(i)}")
         always = set(self.tautologies)
         for title, nodes in (("implied by the above (dropped):", sorted(self.implied - always)),
                              ("always true (dropped):", sorted(always))):
@@ -357,7 +361,7 @@ class GuardSet:
             out.append("accepted by other routes that record the same trace (traced again at these sizes):")
         for p in self.paths:
             flipped = self._answered_otherwise(p.point)
-            asked = "; ".join(f"{self._describe(i)} at {self._origin(i)}" for i in flipped[:2])
+            asked = "; ".join(f"{self._describe(i)}{self._asked(i)} at {self._origin(i)}" for i in flipped[:2])
             more = f" (and {len(flipped) - 2} more)" if len(flipped) > 2 else ""
             out.append(f"    {p.describe()}: takes another route" + (f" where {asked}{more}" if asked else "")
                        + f"; its guards: {', '.join(c.text for c in p.guards) or 'none'}")
@@ -367,7 +371,7 @@ class GuardSet:
                     for p in ex.unmerged]
         if self.probes:
             out.append("traced again, another trace (rejected):")
-            out += [f"    {p.describe()}: {p.why}" for p in self.probes]
+            out += [f"    {p.describe()}: {p.because()}" for p in self.probes]
         if ex.skipped:
             out.append(f"other routes not explored: {ex.skipped}")
         return out

@@ -62,6 +62,13 @@ class Probe:
     point: Mapping[str, int]
     changed: tuple[str, ...]
     why: str
+    like: str | None = None  # not traced: it makes the decisions the probe at `like` made
+
+    def because(self) -> str:
+        """Why it is rejected, as the rest of "traced again at these sizes, it ..."."""
+        if self.like is None:
+            return self.why
+        return f"makes the decisions the trace at {self.like} made (not traced again), and that {self.why}"
 
     def describe(self) -> str:
         return ", ".join(f"{d}={self.point[d]}" for d in self.changed)
@@ -173,14 +180,14 @@ def _decided(e: BaseException) -> bool:
 
 def _inside(g: Graph, point: Mapping[str, int]) -> bool:
     """Does `point` make every decision recorded in guard graph `g` as it was made?"""
-    from guardsolve.errors import GuardFailure, InterpretError
+    from guardsolve.errors import GuardsolveError
     from guardsolve.ir.concrete import run_concrete
 
+    if any(n.op is Op.BOOL_OPAQUE for n in g.nodes):
+        return False  # NOTE: a decision on tensor data: no region of sizes
     try:
         run_concrete(g, dict(point))
-    except GuardFailure:
-        return False
-    except (InterpretError, ZeroDivisionError, KeyError):
+    except (GuardsolveError, ArithmeticError, KeyError):  # NOTE: a failed guard, a zero divisor
         return False
     return True
 
@@ -247,8 +254,7 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
                 continue
             known = next((g for g in rejects if _inside(g, point)), None)
             if known is not None:
-                out.probes.append(Probe(point, changed, f"(not traced: it decides as the probe at {known.meta['probe']} did) "
-                                                        f"{known.meta['why']}"))
+                out.probes.append(Probe(point, changed, known.meta["why"], known.meta["probe"]))
                 continue
             out.traces += 1
             try:
@@ -257,7 +263,9 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
                 why = _why_not(t, e)
                 out.probes.append(Probe(point, changed, why))
                 prefix = getattr(e, "prefix_guards", None)
-                if prefix is not None and _decided(e):
+                # NOTE: a region that holds the example itself was not decided by sizes alone
+                # (a branch on tensor data, recorded with value_guards): not a region then
+                if prefix is not None and _decided(e) and not _inside(prefix, example):
                     prefix.meta.update(probe=Probe(point, changed, why).describe(), why=why)
                     rejects.append(prefix)
                 continue
