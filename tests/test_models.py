@@ -37,8 +37,8 @@ def _hidden(out: Any) -> Any:
 @pytest.mark.parametrize("name, expected", [
     ("gpt2", ["input_ids0 >= 2", "input_ids1 >= 2"]),
     ("bert", ["input_ids0 >= 2", "input_ids1 <= 64", "input_ids1 >= 2"]),
-    ("transformer_layer", ["src2 == 16", "src0 >= 2", "src1 >= 2"]),
-    ("lstm", ["input2 == 8", "input0 >= 2", "input1 >= 2"]),
+    ("transformer_layer", ["src2 == 16"]),
+    ("lstm", ["input2 == 8", "input1 >= 1"]),
     ("self_attention", ["x2 == 16", "x0 >= 2", "x1 >= 2"]),
     ("conv_net", None),
 ])
@@ -55,7 +55,8 @@ def test_model_traces_equals_eager_with_exact_guards(name: str, expected: list[s
         if expected is not None:
             assert [str(c) for c in gs] == expected
         assert gs.check(*args)
-        assert exactness_failures(model, tuple(args), count=4) == []
+        assert exactness_failures(model, tuple(args), count=4) == []  # the example's path: exact
+        assert exactness_failures(model, tuple(args), count=4, explore=True) == []  # merged: sound
 
 
 def test_conv_net_guards_come_from_its_pooling() -> None:
