@@ -3,11 +3,8 @@
 1. The seed's own five-op IR (`var_add`, `var_expand`, `var_size`, sizes and ints) with its
    hand-written shape rules: the teaching path. 5 bailouts -> `a0 == b0`, `a0 != 1`.
 2. guardsolve's tracer, where PyTorch's own shape rules (its meta kernels and decompositions)
-   decide (for `aten.add.Tensor`, FakeTensor's fast path for binary pointwise ops: 4 questions).
-   The example's path has the same minimal guards. But the trace records `aten.add.Tensor`,
-   not an explicit expand: traced again with `a` or `b` of size 1, it takes the broadcast route
-   and records the very same trace. Merged, the guards are exact to the trace:
-   `(a0 == 1) or (a0 == b0) or (b0 == 1)`.
+   decide (`aten.add.Tensor`: 4 questions); the example's path has the same minimal guards. At
+   size 1 `a + b` broadcasts and records the same trace: merged, `(a0 == 1) or (a0 == b0) or (b0 == 1)`.
 
 Run: python examples/notebook.py
 """

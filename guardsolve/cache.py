@@ -22,12 +22,12 @@ is built only when asked for, from a small description of the inputs (shapes, dt
 ... def add(a, b):
 ...     return a + b
 >>> _ = add(torch.ones(4), torch.ones(4)); _ = add(torch.ones(5), torch.ones(5)); _ = add(torch.ones(4), torch.ones(1))
->>> info = add.cache_info(); (info.entries, info.hits, info.misses)
-(2, 1, 2)
->>> print(info.miss_reasons[-1].split(" — ")[0])
-entry 0: a0 == b0 failed (a0=4, b0=1)
+>>> info = add.cache_info(); (info.entries, info.hits, info.misses)  # [4] + [1] broadcasts: the same trace
+(1, 2, 1)
+>>> print(add.entries[0].guards)
+(a0 == 1) or (a0 == b0) or (b0 == 1)
 >>> _ = add(torch.ones(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64))
->>> print(add.cache_info().miss_reasons[-2])
+>>> print(add.cache_info().miss_reasons[-1])
 entry 0: a.dtype == torch.float32 failed (found torch.float64)
 """
 

@@ -23,16 +23,17 @@ def test_report_on_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(ROOT / "examples/notebook.py") + ":add", "--shape", "a=4", "--shape", "b=4",
                  "--verify"]) == 0
     out = capsys.readouterr().out
-    assert "trace: 3 nodes; 4 bailouts -> 2 minimal guards" in out
+    assert "trace: 3 nodes; 4 bailouts -> 1 minimal guard" in out
     assert "minimal (irredundant): proved; equivalence and minimality verified by z3: yes" in out
-    assert "\na0 == b0\n" in out and "\na0 != 1\n" in out and "notebook.py:47  return a + b" in out
+    assert "\n(a0 == 1) or (a0 == b0) or (b0 == 1)\n" in out and "notebook.py:47  return a + b" in out
+    assert "same trace at a0=1: assert not (a0 == 1) answered otherwise" in out
 
 
 def test_report_on_saved_trace(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     t = guardsolve.trace(lambda a, b: a + b, torch.randn(4, 1), torch.randn(1, 3))
     path = tmp_path / "trace.gs"
     path.write_text(str(t.graph))
-    assert main(["report", str(path)]) == 0
+    assert main(["report", str(path), "--no-explore"]) == 0
     out = capsys.readouterr().out
     assert "a1 == 1\n" in out and "b1 >= 2" in out and "trace line 3: v0 = aten.add.Tensor(a, b)" in out
 
@@ -86,7 +87,7 @@ def test_subprocess_and_python_m() -> None:
 
 
 EXAMPLE_TARGETS = [
-    ("examples/notebook.py:add", ["--shape", "a=4", "--shape", "b=4"], "a0 == b0"),
+    ("examples/notebook.py:add", ["--shape", "a=4", "--shape", "b=4"], "(a0 == 1) or (a0 == b0) or (b0 == 1)"),
     ("examples/mlp.py:MLP", ["--shape", "x=32,64"], "x1 == 64"),
     ("examples/attention.py:AttentionBlock", ["--shape", "x=2,16,64"], "x2 == 64"),
     ("examples/cnn.py:SmallCNN", ["--shape", "x=4,3,16,16"], "x1 == 3"),
@@ -108,7 +109,7 @@ def test_json_format(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Mon
 
     monkeypatch.chdir(ROOT)
     assert main(["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--format", "json",
-                 "--dynamic", "a0"]) == 0
+                 "--dynamic", "a0", "--no-explore"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["version"] == 1 and doc["bailouts"] == 4 and doc["trace_nodes"] == 3
     assert [g["guard"] for g in doc["guards"]] == ["a0 == b0", "a0 != 1"]
@@ -160,7 +161,28 @@ def test_trace_then_report_gives_the_same_guards(tmp_path: pathlib.Path, capsys:
         direct = json.loads(capsys.readouterr().out)
         assert main(["report", str(saved), "--format", "json"]) == 0
         again = json.loads(capsys.readouterr().out)
-        assert [g["guard"] for g in again["guards"]] == [g["guard"] for g in direct["guards"]], target
+        mine, theirs = [g["guard"] for g in again["guards"]], [g["guard"] for g in direct["guards"]]
+        # NOTE: a saved trace's routes replay its own ops; the function's must record the same
+        # nodes, so a saved trace may accept more (attention at batch 1 reads its sizes in
+        # another order, a route of the saved ops all the same), never less
+        assert mine == theirs or _implies(theirs, mine), target
+
+
+def _implies(premise: list[str], goal: list[str]) -> bool:
+    """Do the guards `premise` imply the guards `goal` (z3, over the dims they name, sizes >= 0)?"""
+    import ast
+
+    import z3
+
+    names = sorted({n.id for g in premise + goal for n in ast.walk(ast.parse(g)) if isinstance(n, ast.Name)})
+    env = {n: z3.Int(n) for n in names}
+
+    def z(text: str) -> z3.BoolRef:
+        return eval(text.replace(" or ", " | ").replace(" and ", " & ").replace("//", "/"), {}, env)
+
+    s = z3.Solver()
+    s.add(*[v >= 0 for v in env.values()], *[z(g) for g in premise], z3.Not(z3.And([z(g) for g in goal])))
+    return s.check() == z3.unsat
 
 
 def test_check_exit_codes(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
@@ -171,13 +193,23 @@ def test_check_exit_codes(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[
     assert main(["check", str(saved), "--shape", "a=7", "--shape", "b=7"]) == 0
     assert main(["check", str(saved), "--dims", "a0=4,b0=8"]) == 1
     out = capsys.readouterr().out
-    assert "guard failed: a0 == b0 (a0=4, b0=8)" in out
+    assert "guard failed: (a0 == 1) or (a0 == b0) or (b0 == 1) (a0=4, b0=8)" in out
+    assert main(["check", str(saved), "--shape", "a=7", "--shape", "b=1"]) == 0  # a merged route: broadcast
+    assert main(["check", str(saved), "--shape", "a=7", "--shape", "b=1", "--no-explore"]) == 1
+    capsys.readouterr()
+    assert main(["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--at", "a=0", "--at",
+                 "b=4"]) == 1
+    out = capsys.readouterr().out
+    assert "guard failed: (a0 == 1) or (a0 == b0) or (b0 == 1) (a0=0, b0=4) (aten.add.Tensor's shape rule) — " \
+           "examples/notebook.py:47  return a + b" in out
+    assert "traced again at these sizes, it aten.add.Tensor's shape rule rejects these sizes" in out
     assert main(["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--at", "a=1", "--at",
-                 "b=1"]) == 1
-    assert "guard failed: a0 != 1 (a0=1) — examples/notebook.py:47  return a + b" in capsys.readouterr().out
+                 "b=1", "--no-explore"]) == 1
+    assert "guard failed: a0 != 1 (a0=1) (aten.add.Tensor's shape rule) — examples/notebook.py:47  return a + b" \
+        in capsys.readouterr().out
     proc = subprocess.run([sys.executable, "-m", "guardsolve", "check", str(saved), "--dims", "a0=3,b0=3"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode == 0 and "ok: all 2 guards hold" in proc.stdout
+    assert proc.returncode == 0 and "ok: the 1 guard holds" in proc.stdout
 
 
 @pytest.mark.parametrize("argv, fragment", [
@@ -266,9 +298,9 @@ def test_python_format_is_a_self_contained_module(capsys: pytest.CaptureFixture[
     ns: dict = {}
     exec(compile(src, "printed.py", "exec"), ns)
     gs = guardsolve.simplify(guardsolve.trace(lambda a, b: a + b, torch.randn(4), torch.randn(4)))
-    for a, b in [(3, 3), (1, 1), (5, 1), (0, 0), (6, 7)]:
+    for a, b in [(3, 3), (1, 1), (5, 1), (0, 0), (6, 7), (1, 4)]:
         x, y = torch.randn(a), torch.randn(b)
-        assert ns["check"](x, y) == gs.check(x, y) == (a == b and a != 1)
+        assert ns["check"](x, y) == gs.check(x, y) == (a == b or a == 1 or b == 1)
 
 
 def test_module_target_from_the_working_directory(tmp_path: pathlib.Path) -> None:
@@ -386,10 +418,10 @@ def test_value_guards_flag(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
 def test_plurals_and_json_file_of_a_saved_trace(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "one.gs"
     path.write_text(str(guardsolve.trace(lambda x: x + torch.ones(3), torch.randn(3)).graph))
-    assert main(["report", str(path)]) == 0
+    assert main(["report", str(path), "--no-explore"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"trace: \d+ nodes; \d+ bailouts -> 1 minimal guard\n", out), out
-    assert main(["check", str(path), "--shape", "x=3"]) == 0
+    assert main(["check", str(path), "--shape", "x=3", "--no-explore"]) == 0
     assert capsys.readouterr().out == "ok: the 1 guard holds\n"
     assert main(["report", str(path), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -456,10 +488,10 @@ def test_check_takes_new_int_arguments(tmp_path: pathlib.Path, capsys: pytest.Ca
     monkeypatch.chdir(tmp_path)
     assert main(["trace", "dd.py:h", "--shape", "x=4,6", "--int", "k=2", "-o", "h.gs"]) == 0
     assert main(["check", "h.gs", "--shape", "x=6,4", "--int", "k=3"]) == 0
-    assert main(["check", "h.gs", "--shape", "x=6,4", "--int", "k=5"]) == 1
+    assert main(["check", "h.gs", "--shape", "x=6,4", "--int", "k=5", "--no-explore"]) == 1
     assert "guard failed: x0 % k == 0 (x0=6, k=5)" in capsys.readouterr().out
     assert main(["check", "dd.py:h", "--shape", "x=4,6", "--int", "k=2", "--at", "x=6,4", "--at", "k=-3"]) == 1
-    assert "k >= 1 (k=-3)" in capsys.readouterr().out
+    assert "k=-3)" in capsys.readouterr().out
     assert main(["check", "dd.py:h", "--shape", "x=4,6", "--int", "k=2", "--at", "y=6,4"]) == 2
     assert "(tensors: x)" in capsys.readouterr().err
 

@@ -116,7 +116,7 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
     >>> t = guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4))
     >>> gs = guardsolve.simplify(t)
     >>> print(text_report(gs, ReportInfo("demo", "a=[4], b=[4]", t.graph, 0.01, False)).splitlines()[2])
-    trace: 3 nodes; 4 bailouts -> 2 minimal guards
+    trace: 3 nodes; 4 bailouts -> 1 minimal guard
     """
     lines = [
         f"target: {info.target}",
@@ -158,7 +158,7 @@ def path_lines(gs: GuardSet, rejected: int = 6) -> list[str]:
         return []
     if ex.skipped and not ex.traces:
         return ["", f"other routes: not explored ({ex.skipped})"]
-    lines = ["", f"other routes: traced again at {plural(ex.traces, 'point')} (sizes 0 and 1) in "
+    lines = ["", f"other routes: tried at {plural(ex.traces, 'point')} (sizes 0 and 1) in "
                  f"{ex.seconds * 1000:.1f} ms; {len(gs.paths)} record the same trace and are merged"
                  + ("" if gs.paths else "") + (f"; {ex.skipped}" if ex.skipped else "")]
     for p in gs.paths:

@@ -16,7 +16,7 @@ guards into one minimal set (`disjoin`), proved by z3 to be their disjunction.
 >>> print(gs if len(gs) else "(no size guard)")
 (no size guard)
 >>> len(gs.paths), gs.check(torch.randn(1, 8)), gs.check(torch.randn(0, 1))
-(3, True, True)
+(4, True, True)
 """
 
 from __future__ import annotations
@@ -160,9 +160,11 @@ def _why_not(t: Any, e: BaseException) -> str:
         loc = e.found.meta.get("loc") if e.found.meta else None
         where = f" ({loc})" if loc is not None else ""
         return f"records another trace: {e}{where}"
-    if isinstance(e, UnsupportedOpError) and e.reason.startswith("its shape rule rejects these sizes"):
-        inner = e.reason[len("its shape rule rejects these sizes ("):-1]
-        return f"{e.op}'s shape rule rejects these sizes: {inner[:200]}"
+    for lead in ("its shape rule rejects these sizes (", "PyTorch's shape rule fails while replaying "):
+        if isinstance(e, UnsupportedOpError) and e.reason.startswith(lead):
+            inner = e.reason[len(lead):].rstrip(")")
+            inner = inner.split("` (", 1)[1] if inner.startswith("`") and "` (" in inner else inner
+            return f"{e.op}'s shape rule rejects these sizes: {inner[:200]}"
     first = (str(e).strip().splitlines() or [""])[0]
     return f"raises {type(e).__name__}: {first[:200]}"
 
@@ -201,10 +203,16 @@ def _candidates(example: Mapping[str, int], units: Sequence[tuple[str, ...]], po
                 yield new, tuple(d for d in example if new[d] != example[d])
 
 
+# A probe at a point: ("same", its guard graph) or ("other", why, the region it decides, or None)
+Outcome = tuple
+
+
 def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | None = None) -> Exploration:
     """Trace `t.fn` again at the example with dims set to 0 and 1; the paths that record
     `t`'s trace, and the probes that do not. At most `limit` traces (None: 4 per dim or
-    class of equal dims, plus 4). `reduce` simplifies one path's guard graph."""
+    class of equal dims, plus 4). `reduce` simplifies one path's guard graph. A `Trace`
+    without its function (or a tensor trace `Graph`: a saved one) replays its own ops with
+    PyTorch's shape rules instead (`explore_saved`)."""
     from guardsolve.trace.tracer import _trace, difference
 
     out = Exploration()
@@ -221,6 +229,82 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
     if example is None:
         out.skipped = "the example inputs do not fit the traced signature"
         return out
+
+    def probe(point: Mapping[str, int]) -> Outcome:
+        try:
+            u = _trace(t.fn, _inputs_at(t, point), t.value_guards, expect=t.graph.nodes)
+        except Exception as e:  # NOTE: any failure at the new sizes is a route not merged
+            why = _why_not(t, e)
+            prefix = getattr(e, "prefix_guards", None)
+            # NOTE: a region that holds the example itself was not decided by sizes alone
+            # (a branch on tensor data, recorded with value_guards): not a region then
+            decided = prefix is not None and _decided(e) and not _inside(prefix, example)
+            return ("other", why, prefix if decided else None)
+        why = difference(t, u)
+        if why is not None:
+            return ("other", f"records another trace: {why}", None)
+        return ("same", u.guard_graph())
+
+    rng = torch.random.get_rng_state()
+    try:
+        return _search(out, example, base, probe, reduce, limit)
+    finally:
+        torch.random.set_rng_state(rng)  # NOTE: the probes' random ops leave the user's stream as it was
+
+
+def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, limit: int | None = None
+                  ) -> Exploration:
+    """The routes of a saved tensor trace (no function to trace again): its own ops replayed
+    with PyTorch's shape rules at sizes 0 and 1. The trace is the program, so a replay that
+    runs through, every recorded decision of the user's code answered as recorded, is a route
+    of the same trace; its guard graph is that route's path condition."""
+    from guardsolve.guards.pytorch import pytorch_guard_graph, signature_of
+
+    out = Exploration()
+    signature = signature_of(graph)
+    example: dict[str, int] = {}
+    for n in graph.nodes:
+        if n.op is Op.VAR_PLACEHOLDER:
+            shape = n.params.get("shape")
+            if shape is None:
+                out.skipped = f"placeholder {n.params['name']} has no example shape"
+                return out
+            example.update(zip(next(p.dims for p in signature if p.name == n.params["name"]), shape))
+        elif n.op is Op.INT_ARG:
+            example[n.params["name"]] = n.params.get("val", 0)
+
+    def probe(point: Mapping[str, int]) -> Outcome:
+        try:
+            gg = pytorch_guard_graph(_graph_at(graph, signature, point), signature)
+        except Exception as e:
+            return ("other", _why_not(None, e), None)
+        gg.meta["static"] = graph.meta.get("static", ())
+        return ("same", gg)
+
+    return _search(out, example, base, probe, reduce, limit)
+
+
+def _graph_at(graph: Graph, signature: Any, point: Mapping[str, int]) -> Graph:
+    """The trace with its placeholders' example shapes (and int arguments' values) at `point`."""
+    from guardsolve.ir.node import Node
+
+    dims = {p.name: p.dims for p in signature}
+    nodes = []
+    for n in graph.nodes:
+        if n.op is Op.VAR_PLACEHOLDER:
+            n = Node(n.op, n.inputs, n.outputs, {**n.params, "shape": tuple(point[d] for d in dims[n.params["name"]])},
+                     n.meta)
+        elif n.op is Op.INT_ARG:
+            n = Node(n.op, n.inputs, n.outputs, {**n.params, "val": point[n.params["name"]]}, n.meta)
+        nodes.append(n)
+    return Graph(nodes, meta=graph.meta)
+
+
+def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callable[[Mapping[str, int]], Outcome],
+            reduce: Callable[[Graph], Any], limit: int | None) -> Exploration:
+    """The points to probe, in order (each dim and class at 0 and 1, then mixes, then the
+    neighbours of every point that merged), skipping those a known route accepts or a known
+    region rejects; at most `limit` probes."""
     start = time.perf_counter()
     units = [(d,) for d in example] + _classes(base)
     budget = 4 * len(units) + 4 if limit is None else limit
@@ -240,7 +324,6 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
     # NOTE: regions known to record another trace: the decisions a probe made before it
     # diverged (or before a shape rule rejected its sizes) hold at every point of the region
     rejects: list[Graph] = []
-    rng = torch.random.get_rng_state()
     try:
         while queue and out.traces < budget and looked < 64 * budget:
             point, changed = queue.popleft()
@@ -257,36 +340,27 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
                 out.probes.append(Probe(point, changed, known.meta["why"], known.meta["probe"]))
                 continue
             out.traces += 1
-            try:
-                u = _trace(t.fn, _inputs_at(t, point), t.value_guards, expect=t.graph.nodes)
-            except Exception as e:  # NOTE: any failure at the new sizes is a route not merged
-                why = _why_not(t, e)
+            got = probe(point)
+            if got[0] == "other":
+                _, why, region = got
                 out.probes.append(Probe(point, changed, why))
-                prefix = getattr(e, "prefix_guards", None)
-                # NOTE: a region that holds the example itself was not decided by sizes alone
-                # (a branch on tensor data, recorded with value_guards): not a region then
-                if prefix is not None and _decided(e) and not _inside(prefix, example):
-                    prefix.meta.update(probe=Probe(point, changed, why).describe(), why=why)
-                    rejects.append(prefix)
+                if region is not None:
+                    region.meta.update(probe=Probe(point, changed, why).describe(), why=why)
+                    rejects.append(region)
                 continue
-            why = difference(t, u)
-            if why is not None:
-                out.probes.append(Probe(point, changed, f"records another trace: {why}"))
-                continue
-            gg = u.guard_graph()
+            gg = got[1]
             try:
                 gs = reduce(gg)
             except Exception as e:
                 out.probes.append(Probe(point, changed, f"its guards do not simplify ({type(e).__name__}: {e})"))
                 continue
-            if not gs.check_dims(point):  # NOTE: an invariant: the route holds where it was found
-                out.probes.append(Probe(point, changed, "its own guards reject it (not merged)"))
+            if not gs.check_dims(point):  # NOTE: the route's own decisions do not hold there
+                out.probes.append(Probe(point, changed, "the replay's recorded decisions fail there"))
                 continue
             out.paths.append(Path(point, changed, gg, gs))
             accepts.append(gs.check_dims)
             queue.extend(_candidates(example, units, point))
     finally:
-        torch.random.set_rng_state(rng)  # NOTE: the probes' random ops leave the user's stream as it was
         out.seconds = time.perf_counter() - start
     return out
 

@@ -544,11 +544,18 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
         # NOTE: a Trace carries the guard graph recorded while it ran; no need to replay it
         gg = graph.guard_graph() if isinstance(graph, Trace) else guard_graph(graph)
         gs = _simplify(gg, False, timeout_ms, cap, auto=jobs is None)
-    if isinstance(graph, Trace) and explore is not False and explore != 0:
+    if explore is not False and explore != 0 and (isinstance(graph, Trace) or _saved_trace(graph)):
         gs = merge_paths(graph, gs, timeout_ms, limit=None if explore is True else int(explore))
     if verify:
         gs.verify(timeout_ms=timeout_ms)
     return gs
+
+
+def _saved_trace(graph: Any) -> bool:
+    """A tensor trace of PyTorch ops (a saved one: its routes are its own ops' replays)?"""
+    from guardsolve.guards.shape import is_guard_graph, uses_pytorch_rules
+
+    return isinstance(graph, Graph) and not is_guard_graph(graph) and uses_pytorch_rules(graph)
 
 
 def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, limit: int | None = None) -> GuardSet:
@@ -556,12 +563,17 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
     the same trace: the disjunction of their guards (`disjoin`), made minimal by the same
     stages, and proved by z3 equal to the disjunction. Provenance stays with the example's
     bailouts; those a path answers otherwise are `widened`."""
-    from guardsolve.solve.paths import explore, merged_clauses, prove_union, select_paths
+    from guardsolve.solve.paths import explore, explore_saved, merged_clauses, prove_union, select_paths
+    from guardsolve.trace.tracer import Trace
     from guardsolve.solve.tograph import emit_bailout
     from guardsolve.ir.ops import Op
 
     with paused_gc():
-        ex = explore(t, base, lambda g: _simplify(g, False, timeout_ms, 1), limit=limit)
+        reduce = lambda g: _simplify(g, False, timeout_ms, 1)  # noqa: E731
+        if isinstance(t, Trace) and t.fn is None:
+            t = t.graph
+        ex = (explore(t, base, reduce, limit=limit) if isinstance(t, Trace)
+              else explore_saved(t, base, reduce, limit=limit))
     if not ex.paths:
         return GuardSet(base.constraints, base.graph, base.dims, base.sizes, base.signature, set(base.implied),
                         base.undecided, base.tautologies, base.value_guards, static=base.static,
