@@ -89,7 +89,7 @@ class IntSet:
     def subset(self, o: "IntSet") -> bool:
         return self.inter(o) == self
 
-    def formula(self, dim: str, domain: "IntSet") -> Formula:
+    def formula(self, dim: "str | Poly", domain: "IntSet") -> Formula:
         """`dim in self` as a formula, given `dim in domain` (bounds the domain has are left out):
         one interval as its bounds, a few holes as `!=`, else a disjunction of intervals."""
         s = self.inter(domain)
@@ -97,7 +97,7 @@ class IntSet:
             return TRUE
         if not s.parts:
             return FALSE
-        x = Poly.var(dim)
+        x = Poly.var(dim) if isinstance(dim, str) else dim
 
         dom_lo = domain.parts[0][0] if domain.parts else None
 
@@ -125,6 +125,33 @@ class IntSet:
 
 
 SIZES = IntSet.at_least(0)
+
+
+def one_term_set(f: Formula) -> tuple[Poly, IntSet] | None:
+    """The (term, set) of a constraint on one term alone, linear in it with coefficient 1:
+    `x0*x1 <= 1` is `x0*x1` in `(-inf, 1]`; a dim is a term too. None otherwise.
+
+    >>> term, s = one_term_set(rel("le", Poly.var("x0") * Poly.var("x1"), Poly.const(1)))
+    >>> str(term), s
+    ('x0*x1', IntSet(parts=((None, 1),)))
+    """
+    from guardsolve.guards.expr import Rel
+
+    if not isinstance(f, Rel):
+        return None
+    lin = f.poly.nonconst()
+    if len(lin) != 1:
+        return None
+    (m, c), = lin.items()
+    if c not in (1, -1):
+        return None
+    k = f.poly.constant
+    term = Poly.of({m: 1})
+    if f.op == "eq":
+        return term, IntSet.point(-k * c)
+    if f.op == "ne":
+        return term, IntSet.full().minus_point(-k * c)
+    return (term, IntSet.at_most(-k)) if c == 1 else (term, IntSet.at_least(k))
 
 
 def one_dim_set(f: Formula) -> tuple[str, IntSet] | None:
@@ -227,14 +254,23 @@ class _Clause:
         return self.rest <= o.rest and all(s.subset(theirs.get(d, IntSet.empty())) for d, s in self.sets)
 
 
-def disjoin(paths: Sequence[Mapping[str, Any]], dims: Iterable[str], sizes: Iterable[str]
-            ) -> list[tuple[Formula, frozenset[int]]]:
+def disjoin(paths: Sequence[Mapping[str, Any]], dims: Iterable[str], sizes: Iterable[str],
+            terms: Mapping[str, Poly] | None = None) -> list[tuple[Formula, frozenset[int]]]:
     """CNF clauses, each with its provenance, equivalent to the disjunction of `paths`.
 
-    Each path is `{"sets": {dim: IntSet or (IntSet, prov)}, "rest": {text: Formula or (Formula, prov)}}`.
+    Each path is `{"sets": {key: IntSet or (IntSet, prov)}, "rest": {text: Formula or (Formula, prov)}}`;
+    a key is a dim, or names a term in `terms` (a product of dims: `x0*x1`, >= 0 when its dims
+    are sizes).
     """
     sized = set(sizes)
+    terms = dict(terms or {})
     domains = {d: SIZES if d in sized else IntSet.full() for d in dims}
+    for key, term in terms.items():
+        nonneg = all(isinstance(a, str) and a in sized for m, _ in term.terms for a in m)
+        domains[key] = SIZES if nonneg else IntSet.full()
+
+    def var(key: str) -> "str | Poly":
+        return terms.get(key, key)
 
     def pair(v: Any) -> tuple[Any, frozenset[int]]:
         return v if isinstance(v, tuple) else (v, frozenset())
@@ -254,7 +290,7 @@ def disjoin(paths: Sequence[Mapping[str, Any]], dims: Iterable[str], sizes: Iter
     work = _reduce_paths(work, domains)
     if len(work) == 1:
         (p,) = work
-        return ([(s.formula(d, domains[d]), prov) for d, (s, prov) in p.sets.items()]
+        return ([(s.formula(var(d), domains[d]), prov) for d, (s, prov) in p.sets.items()]
                 + [(f, prov) for f, prov in p.rest.values()])
     formulas = {k: f for p in work for k, (f, _) in p.rest.items()}
     clauses: dict[_Clause, frozenset[int]] = {_Clause((), frozenset()): frozenset()}
@@ -276,10 +312,10 @@ def disjoin(paths: Sequence[Mapping[str, Any]], dims: Iterable[str], sizes: Iter
                 grown[new] = grown.get(new, frozenset()) | prov | lprov
         clauses = _minimal(grown)
         if len(clauses) > MAX_CLAUSES:
-            return [(disj(conj([s.formula(d, domains[d]) for d, (s, _) in q.sets.items()]
+            return [(disj(conj([s.formula(var(d), domains[d]) for d, (s, _) in q.sets.items()]
                                + [f for f, _ in q.rest.values()]) for q in work),
                      frozenset().union(*(pr for q in work for _, pr in q.sets.values())))]
-    return [(disj([s.formula(d, domains[d]) for d, s in c.sets] + [formulas[k] for k in sorted(c.rest)]), prov)
+    return [(disj([s.formula(var(d), domains[d]) for d, s in c.sets] + [formulas[k] for k in sorted(c.rest)]), prov)
             for c, prov in clauses.items()]
 
 

@@ -32,7 +32,7 @@ import z3
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.solve.constraint import Constraint
-from guardsolve.solve.disjoin import disjoin, one_dim_set
+from guardsolve.solve.disjoin import disjoin, one_term_set
 from guardsolve.solve.smt import formula_to_z3, z3_vars
 
 VALUES = (0, 1)
@@ -164,7 +164,7 @@ def _why_not(t: Any, e: BaseException) -> str:
         if isinstance(e, UnsupportedOpError) and e.reason.startswith(lead):
             inner = e.reason[len(lead):].rstrip(")")
             inner = inner.split("` (", 1)[1] if inner.startswith("`") and "` (" in inner else inner
-            return f"{e.op}'s shape rule rejects these sizes: {inner[:200]}"
+            return f"stops where {e.op}'s shape rule rejects these sizes: {inner[:200]}"
     first = (str(e).strip().splitlines() or [""])[0]
     return f"raises {type(e).__name__}: {first[:200]}"
 
@@ -365,19 +365,24 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     return out
 
 
-def path_literals(gs: Any, provenance: bool) -> dict[str, Any]:
-    """One path's constraints as `disjoin` takes them: one-dim sets and other formulas."""
+def path_literals(gs: Any, provenance: bool, terms: dict[str, Any]) -> dict[str, Any]:
+    """One path's constraints as `disjoin` takes them: sets of one dim or one term (`x0*x1`),
+    and other formulas; `terms` collects the terms by key."""
     sets: dict[str, Any] = {}
     rest: dict[str, Any] = {}
     for c in gs.constraints:
         prov = c.prov if provenance else frozenset()
-        one = one_dim_set(c.formula)
+        one = one_term_set(c.formula)
         if one is not None:
-            d, s = one
-            if d in sets:
-                sets[d] = (sets[d][0].inter(s), sets[d][1] | prov)
+            term, s = one
+            key = str(term)
+            if not (len(term.terms) == 1 and len(next(iter(term.terms))[0]) == 1
+                    and isinstance(next(iter(term.terms))[0][0], str)):
+                terms[key] = term  # NOTE: a product or a division: not a plain dim
+            if key in sets:
+                sets[key] = (sets[key][0].inter(s), sets[key][1] | prov)
             else:
-                sets[d] = (s, prov)
+                sets[key] = (s, prov)
         else:
             rest[c.text] = (c.formula, prov)
     return {"sets": sets, "rest": rest}
@@ -385,9 +390,10 @@ def path_literals(gs: Any, provenance: bool) -> dict[str, Any]:
 
 def merged_clauses(base: Any, paths: Sequence[Path]) -> list[tuple[Any, frozenset[int]]]:
     """The disjunction of the base guards and each path's, as clauses with the base's provenance."""
-    literals = [path_literals(base, True)] + [path_literals(p.guards, False) for p in paths]
+    terms: dict[str, Any] = {}
+    literals = [path_literals(base, True, terms)] + [path_literals(p.guards, False, terms) for p in paths]
     dims = list(base.dims) + [d for p in paths for d in p.guards.dims if d not in base.dims]
-    return disjoin(literals, dims, base.sizes)
+    return disjoin(literals, dims, base.sizes, terms)
 
 
 def guard_budget(base: Any) -> int:
