@@ -265,14 +265,19 @@ def bench_real(repeats: int, names: list[str] | None = None) -> list[dict[str, A
         args = inputs()
         with torch.no_grad():
             run = lambda: guardsolve.simplify(guardsolve.trace(model, *args))  # noqa: E731
+            path = lambda: guardsolve.simplify(guardsolve.trace(model, *args), explore=False)  # noqa: E731
             run()  # NOTE: warm up every tool once: steady state is timed
+            path()
             t_gs, gs = timed(run, repeats)
+            t_path, gs_path = timed(path, repeats)
             pytorch_make_fx(model, args)
             t_fx, fx_guards = timed(lambda: pytorch_make_fx(model, args), repeats)
         pytorch_export(model, args)
         t_ex, _ = timed(lambda: pytorch_export(model, args), max(1, repeats - 1))
         t = guardsolve.trace(model, *args)
-        rows.append({"model": name, "t_gs": t_gs, "t_fx": t_fx, "t_export": t_ex, "gs_guards": len(gs),
+        rows.append({"model": name, "t_gs": t_gs, "t_path": t_path, "path_guards": len(gs_path),
+                     "probes": gs.exploration.traces if gs.exploration else 0, "routes": len(gs.paths),
+                     "t_export": t_ex, "t_fx": t_fx, "gs_guards": len(gs),
                      "fx_guards": len(fx_guards), "bailouts": len(t.guard_graph().bailouts()), "ops": sum(
                          1 for n in t.graph if n.op.value == "aten")})
         print(f"  real {name}: done", file=sys.stderr)
@@ -450,11 +455,20 @@ def models_table(models: list) -> list[str]:
 
 def real_table(real: list) -> list[str]:
     return table("real models: trace + simplify, end to end, against PyTorch's own tracers",
-                 ["model", "aten ops", "bailouts → minimal guards", "guardsolve", "make_fx symbolic + produce_guards",
+                 ["model", "aten ops", "bailouts → minimal guards (example's path → merged routes)",
+                  "guardsolve (merged routes, default)", "make_fx symbolic + produce_guards",
                   "torch.export (Dim.AUTO)", "make_fx / guardsolve", "export / guardsolve", "make_fx guards"],
-                 [[r["model"], r["ops"], f"{r['bailouts']} → {r['gs_guards']}", fmt(r["t_gs"]), fmt(r["t_fx"]),
-                   fmt(r["t_export"]), ratio(r["t_fx"], r["t_gs"]), ratio(r["t_export"], r["t_gs"]),
+                 [[r["model"], r["ops"], f"{r['bailouts']} → {r['path_guards']} → {r['gs_guards']}", fmt(r["t_gs"]),
+                   fmt(r["t_fx"]), fmt(r["t_export"]), ratio(r["t_fx"], r["t_gs"]), ratio(r["t_export"], r["t_gs"]),
                    r["fx_guards"]] for r in real])
+
+
+def paths_table(real: list) -> list[str]:
+    return table("paths: trace + simplify with and without merging the routes that record the same trace",
+                 ["model", "example's path alone (explore=False)", "merged routes (default)", "merged / path alone",
+                  "points traced again", "routes merged", "guards: path → merged"],
+                 [[r["model"], fmt(r["t_path"]), fmt(r["t_gs"]), ratio(r["t_gs"], r["t_path"]), r["probes"],
+                   r["routes"], f"{r['path_guards']} → {r['gs_guards']}"] for r in real])
 
 
 def check_table(checks: list) -> list[str]:
@@ -558,7 +572,8 @@ def main() -> None:
         "check": lambda: bench_check(sizes([2000], [10000])[0] // (10 if args.smallest else 1)),
         "scale": lambda: bench_scale(sizes([10_000, 100_000], [10_000, 100_000, 1_000_000])),
     }
-    tables = {"mixed": mixed_table, "chain": chain_table, "models": models_table, "real": real_table,
+    tables = {"mixed": mixed_table, "chain": chain_table, "models": models_table,
+              "real": lambda rows: real_table(rows) + [""] + paths_table(rows),
               "check": check_table,
               "scale": scale_table}
     started = time.perf_counter()

@@ -224,6 +224,8 @@ class Recorder:
             meta = {"loc": loc, **self.extra}
             if self.depth and self.op is not None:
                 meta["op"] = str(self.op)
+            elif not self.depth and self.trace is not None:
+                meta["user"] = True  # NOTE: outside any op: the trace records this decision too
             self.guards.emit(Op.BOOL_BAILOUT, (g,), meta=meta, expect=expect)
 
     # -- tensor trace -----------------------------------------------------------------------

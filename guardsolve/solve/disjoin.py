@@ -255,12 +255,13 @@ class _Clause:
 
 
 def disjoin(paths: Sequence[Mapping[str, Any]], dims: Iterable[str], sizes: Iterable[str],
-            terms: Mapping[str, Poly] | None = None) -> list[tuple[Formula, frozenset[int]]]:
+            terms: Mapping[str, Poly] | None = None, max_clauses: int = MAX_CLAUSES
+            ) -> list[tuple[Formula, frozenset[int]]] | None:
     """CNF clauses, each with its provenance, equivalent to the disjunction of `paths`.
 
     Each path is `{"sets": {key: IntSet or (IntSet, prov)}, "rest": {text: Formula or (Formula, prov)}}`;
     a key is a dim, or names a term in `terms` (a product of dims: `x0*x1`, >= 0 when its dims
-    are sizes).
+    are sizes). None when the clauses would be more than `max_clauses` (at any step).
     """
     sized = set(sizes)
     terms = dict(terms or {})
@@ -298,6 +299,8 @@ def disjoin(paths: Sequence[Mapping[str, Any]], dims: Iterable[str], sizes: Iter
         literals = [("set", d, s, prov) for d, (s, prov) in p.sets.items()] + \
                    [("f", k, None, prov) for k, (_, prov) in p.rest.items()]
         grown: dict[_Clause, frozenset[int]] = {}
+        if len(clauses) * len(literals) > 64 * max_clauses:
+            return None  # NOTE: the product alone is past any budget
         for c, prov in clauses.items():
             for kind, key, s, lprov in literals:
                 if kind == "set":
@@ -311,10 +314,8 @@ def disjoin(paths: Sequence[Mapping[str, Any]], dims: Iterable[str], sizes: Iter
                     new = _Clause(c.sets, c.rest | {key})
                 grown[new] = grown.get(new, frozenset()) | prov | lprov
         clauses = _minimal(grown)
-        if len(clauses) > MAX_CLAUSES:
-            return [(disj(conj([s.formula(var(d), domains[d]) for d, (s, _) in q.sets.items()]
-                               + [f for f, _ in q.rest.values()]) for q in work),
-                     frozenset().union(*(pr for q in work for _, pr in q.sets.values())))]
+        if len(clauses) > max_clauses:
+            return None
     return [(disj([s.formula(var(d), domains[d]) for d, s in c.sets] + [formulas[k] for k in sorted(c.rest)]), prov)
             for c, prov in clauses.items()]
 

@@ -36,6 +36,9 @@ from guardsolve.solve.disjoin import disjoin, one_term_set
 from guardsolve.solve.smt import formula_to_z3, z3_vars
 
 VALUES = (0, 1)
+MAX_PROBES = 16  # points traced again per trace, at most (each costs up to a trace)
+MAX_PAIRS_UNITS = 12  # pairs of dims or classes at 1 are tried up to this many dims and classes
+MAX_DIMS = 32  # more input dims than this: not explored (the routes' disjunction grows too large)
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,35 @@ def _why_not(t: Any, e: BaseException) -> str:
     return f"raises {type(e).__name__}: {first[:200]}"
 
 
+def _user_decisions(g: Graph) -> Graph | None:
+    """The example's decisions made outside any op (the user's code, library Python): a trace
+    records each as a node of its own (`bool_bailout(i4, expect=True)`), so a point where one
+    is answered otherwise records another trace, whatever route it takes. None if there is none."""
+    keep = [i for i, n in enumerate(g.nodes) if n.op is Op.BOOL_BAILOUT and n.meta.get("user")]
+    if not keep or any(n.op is Op.BOOL_OPAQUE for n in g.nodes):
+        return None
+    drop = {i for i, n in enumerate(g.nodes) if n.op is Op.BOOL_BAILOUT} - set(keep)
+    sub = Graph([n for i, n in enumerate(g.nodes) if i not in drop], meta=g.meta)
+    return sub
+
+
+def _decided_otherwise(user: Graph | None, point: Mapping[str, int]) -> str | None:
+    """Where the program (outside any op) decides otherwise at `point`, or None."""
+    from guardsolve.errors import GuardFailure, GuardsolveError
+    from guardsolve.ir.concrete import run_concrete
+
+    if user is None:
+        return None
+    try:
+        run_concrete(user, dict(point))
+    except GuardFailure as e:
+        loc = getattr(e, "loc", None)
+        return str(loc) if loc is not None else "a decision of its own"
+    except (GuardsolveError, ArithmeticError, KeyError):
+        return None
+    return None
+
+
 def _decided(e: BaseException) -> bool:
     """Does the failure follow from the decisions recorded before it (so every input that
     makes them fails the same way)? A divergence does, and so does a shape rule that rejects
@@ -210,7 +242,7 @@ Outcome = tuple
 def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | None = None) -> Exploration:
     """Trace `t.fn` again at the example with dims set to 0 and 1; the paths that record
     `t`'s trace, and the probes that do not. At most `limit` traces (None: 4 per dim or
-    class of equal dims, plus 4). `reduce` simplifies one path's guard graph. A `Trace`
+    class of equal dims, plus 4, at most `MAX_PROBES`). `reduce` simplifies one path's guard graph. A `Trace`
     without its function (or a tensor trace `Graph`: a saved one) replays its own ops with
     PyTorch's shape rules instead (`explore_saved`)."""
     from guardsolve.trace.tracer import _trace, difference
@@ -305,27 +337,33 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     """The points to probe, in order (each dim and class at 0 and 1, then mixes, then the
     neighbours of every point that merged), skipping those a known route accepts or a known
     region rejects; at most `limit` probes."""
+    if len(example) > MAX_DIMS:
+        out.skipped = f"{len(example)} input dims (more than {MAX_DIMS}: too many routes to try)"
+        return out
     start = time.perf_counter()
-    units = [(d,) for d in example] + _classes(base)
-    budget = 4 * len(units) + 4 if limit is None else limit
+    # NOTE: classes first: one probe moves every dim the guards hold equal
+    units = _classes(base) + [(d,) for d in example]
+    budget = min(4 * len(units) + 4, MAX_PROBES) if limit is None else limit
     queue = deque(_candidates(example, units, example))
     # NOTE: then mixes: every dim at 0, at 1, and each pair of dims or classes at 1 (a route
     # may need both: a broadcast of two size-1 operands)
     for v in VALUES:
         mix = {d: v for d in example}
         queue.append((mix, tuple(d for d in example if mix[d] != example[d])))
-    for i, a in enumerate(units):
-        for b in units[i + 1:]:
-            mix = {**example, **{d: 1 for d in a + b}}
-            queue.append((mix, tuple(d for d in example if mix[d] != example[d])))
+    if len(units) <= MAX_PAIRS_UNITS:
+        for i, a in enumerate(units):
+            for b in units[i + 1:]:
+                mix = {**example, **{d: 1 for d in a + b}}
+                queue.append((mix, tuple(d for d in example if mix[d] != example[d])))
     seen = {tuple(sorted(example.items()))}
     looked = 0
     accepts: list[Callable[..., bool]] = [base.check_dims]
+    user = _user_decisions(base.graph)
     # NOTE: regions known to record another trace: the decisions a probe made before it
     # diverged (or before a shape rule rejected its sizes) hold at every point of the region
     rejects: list[Graph] = []
     try:
-        while queue and out.traces < budget and looked < 64 * budget:
+        while queue and out.traces < budget and looked < 32 * budget:
             point, changed = queue.popleft()
             key = tuple(sorted(point.items()))
             if key in seen:
@@ -334,6 +372,10 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
             looked += 1
             if any(ok(point) for ok in accepts):
                 queue.extend(_candidates(example, units, point))
+                continue
+            asked = _decided_otherwise(user, point)
+            if asked is not None:
+                out.probes.append(Probe(point, changed, f"records another trace: the program decides otherwise at {asked}"))
                 continue
             known = next((g for g in rejects if _inside(g, point)), None)
             if known is not None:
@@ -388,12 +430,14 @@ def path_literals(gs: Any, provenance: bool, terms: dict[str, Any]) -> dict[str,
     return {"sets": sets, "rest": rest}
 
 
-def merged_clauses(base: Any, paths: Sequence[Path]) -> list[tuple[Any, frozenset[int]]]:
-    """The disjunction of the base guards and each path's, as clauses with the base's provenance."""
+def merged_clauses(base: Any, paths: Sequence[Path], max_clauses: int | None = None
+                   ) -> list[tuple[Any, frozenset[int]]] | None:
+    """The disjunction of the base guards and each path's, as clauses with the base's provenance
+    (None past `max_clauses`, the reader's budget by default)."""
     terms: dict[str, Any] = {}
     literals = [path_literals(base, True, terms)] + [path_literals(p.guards, False, terms) for p in paths]
     dims = list(base.dims) + [d for p in paths for d in p.guards.dims if d not in base.dims]
-    return disjoin(literals, dims, base.sizes, terms)
+    return disjoin(literals, dims, base.sizes, terms, guard_budget(base) if max_clauses is None else max_clauses)
 
 
 def guard_budget(base: Any) -> int:
@@ -406,11 +450,10 @@ def select_paths(base: Any, paths: Sequence[Path]) -> tuple[list[Path], list[Pat
     """The routes to merge, in the order found, each kept while the disjunction's clauses stay
     within `guard_budget`; and those left out. A route that needs many clauses (the broadcasts
     of three operands, each at size 1 alone) is still a route: `explain()` lists it."""
-    limit = guard_budget(base)
     kept: list[Path] = []
     left: list[Path] = []
     for p in paths:
-        if len(merged_clauses(base, kept + [p])) <= limit:
+        if merged_clauses(base, kept + [p]) is not None:
             kept.append(p)
         else:
             left.append(p)

@@ -579,7 +579,7 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
                         base.undecided, base.tautologies, base.value_guards, static=base.static,
                         params=base.params, exploration=ex)
     ex.paths, ex.unmerged = select_paths(base, ex.paths)
-    clauses = merged_clauses(base, ex.paths)
+    clauses = merged_clauses(base, ex.paths) or []
     g = Graph(meta={"signature": base.signature})
     for d in base.dims:
         g.emit(Op.INT_PLACEHOLDER if d in base.sizes else Op.INT_ARG, (), name=d)
