@@ -499,9 +499,14 @@ def targets(mixed: list, chains: list, checks: list, scale: list, real: list) ->
         out.append(f"{'MET' if ok else 'MISSED'}: {text}")
 
     for r in real:
+        # NOTE: like for like: the example's path is what make_fx and torch.export give (their
+        # 0/1 specialization); merging the routes is more, and its cost is measured beside it
+        mark(min(r["t_fx"], r["t_export"]) / r["t_path"] >= 5,
+             f"real {r['model']}: trace + simplify (example's path) ≥ 5× faster than make_fx symbolic "
+             f"({ratio(r['t_fx'], r['t_path'])}) and torch.export ({ratio(r['t_export'], r['t_path'])})")
         mark(min(r["t_fx"], r["t_export"]) / r["t_gs"] >= 5,
-             f"real {r['model']}: trace + simplify ≥ 5× faster than make_fx symbolic ({ratio(r['t_fx'], r['t_gs'])}) "
-             f"and torch.export ({ratio(r['t_export'], r['t_gs'])})")
+             f"real {r['model']}: trace + simplify exact to the trace (merged routes, the default) ≥ 5× faster than "
+             f"make_fx symbolic ({ratio(r['t_fx'], r['t_gs'])}) and torch.export ({ratio(r['t_export'], r['t_gs'])})")
 
     for r in mixed:
         mark(r["t_pt"] / r["t_gs"] >= 10,

@@ -103,8 +103,8 @@ def test_user_code_that_branches_on_the_size_still_rejects() -> None:
     gs = guardsolve.simplify(guardsolve.trace(f, torch.randn(5, 8)))
     assert [c.text for c in gs] == ["x0 >= 2"]
     why = gs.explain_failure(torch.randn(1, 8))
-    assert why.startswith("x0 >= 2 failed (x0=1)") and "traced again at these sizes, it " in why
-    assert "records another trace: trace line 6: bool_bailout(i2, expect=False)" in why, why
+    assert why.startswith("x0 >= 2 failed (x0=1)") and "a fresh trace at these sizes records another trace" in why
+    assert "the program decides otherwise at tests/test_paths.py:" in why, why
 
 
 def test_a_size_where_eager_raises_is_not_merged() -> None:
@@ -127,7 +127,7 @@ def test_gpt2_at_batch_1_takes_another_route_and_is_rejected() -> None:
     gs = guardsolve.simplify(guardsolve.trace(m, ids))
     assert not gs.check(torch.randint(0, 100, (1, 16)))
     why = gs.explain_failure(torch.randint(0, 100, (1, 16)))
-    assert "traced again at these sizes" in why and "records another trace" in why and "transformers/" in why, why
+    assert "a fresh trace at these sizes" in why and "records another trace" in why and "transformers/" in why, why
 
 
 def test_guarded_serves_batch_1_from_the_batch_2_entry() -> None:
@@ -233,5 +233,6 @@ def test_report_lists_the_routes_merged_and_can_keep_the_path_alone() -> None:
     assert "a0 == b0\n" in off.stdout and "a0 != 1\n" in off.stdout and "other routes" not in off.stdout
     doc = json.loads(subprocess.run(cmd + ["--format", "json"], capture_output=True, text=True, cwd=ROOT,
                                     timeout=300).stdout)
-    assert [p["at"] for p in doc["paths"]["merged"]] == [{"a0": 1, "b0": 4}, {"a0": 4, "b0": 1}, {"a0": 1, "b0": 1}]
-    assert doc["paths"]["rejected"][0]["why"].startswith("aten.add.Tensor's shape rule rejects these sizes")
+    assert sorted(map(str, (p["at"] for p in doc["paths"]["merged"]))) == sorted(
+        map(str, [{"a0": 1, "b0": 4}, {"a0": 4, "b0": 1}, {"a0": 1, "b0": 1}]))
+    assert doc["paths"]["rejected"][0]["why"].startswith("stops where aten.add.Tensor's shape rule rejects these sizes")

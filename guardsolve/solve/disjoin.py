@@ -41,7 +41,7 @@ class IntSet:
         lo_key = lambda p: float("-inf") if p[0] is None else p[0]  # noqa: E731
         out: list[list[int | None]] = []
         for lo, hi in sorted((p for p in parts if p[0] is None or p[1] is None or p[0] <= p[1]), key=lo_key):
-            if out and (out[-1][1] is None or (lo is not None and lo <= out[-1][1] + 1)):
+            if out and (out[-1][1] is None or lo is None or lo <= out[-1][1] + 1):
                 if out[-1][1] is not None and (hi is None or hi > out[-1][1]):
                     out[-1][1] = hi
                 continue

@@ -265,7 +265,7 @@ class GuardSet:
         values = ", ".join(f"{d}={dims[d]}" for d in c.dims)
         where = f"{self._asked(min(c.prov))} — {self._origin(min(c.prov))}" if c.prov else ""
         probe = next((p for p in self.probes if dict(p.point) == dims), None)
-        why = f"; traced again at these sizes, it {probe.because()}" if probe is not None else ""
+        why = f"; a fresh trace at these sizes {probe.because()}" if probe is not None else ""
         return f"{c.text} failed ({values}){where}{why}"
 
     def judge_dynamic(self, dynamic: Sequence[str], example: Any = None) -> Any:
@@ -370,7 +370,7 @@ class GuardSet:
             out += [f"    {p.describe()}: its guards: {', '.join(c.text for c in p.guards) or 'none'}"
                     for p in ex.unmerged]
         if self.probes:
-            out.append("traced again, another trace (rejected):")
+            out.append("another trace at these sizes (rejected):")
             out += [f"    {p.describe()}: {p.because()}" for p in self.probes]
         if ex.skipped:
             out.append(f"other routes not explored: {ex.skipped}")

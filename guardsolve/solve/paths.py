@@ -68,10 +68,10 @@ class Probe:
     like: str | None = None  # not traced: it makes the decisions the probe at `like` made
 
     def because(self) -> str:
-        """Why it is rejected, as the rest of "traced again at these sizes, it ..."."""
+        """Why it is rejected, as the rest of "a fresh trace at these sizes ..."."""
         if self.like is None:
             return self.why
-        return f"makes the decisions the trace at {self.like} made (not traced again), and that {self.why}"
+        return f"{self.why} (known without tracing again: it makes the decisions the trace at {self.like} made)"
 
     def describe(self) -> str:
         return ", ".join(f"{d}={self.point[d]}" for d in self.changed)
@@ -375,7 +375,8 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
                 continue
             asked = _decided_otherwise(user, point)
             if asked is not None:
-                out.probes.append(Probe(point, changed, f"records another trace: the program decides otherwise at {asked}"))
+                out.probes.append(Probe(point, changed, f"records another trace: the program decides otherwise at "
+                                                        f"{asked} (known without tracing again)"))
                 continue
             known = next((g for g in rejects if _inside(g, point)), None)
             if known is not None:
