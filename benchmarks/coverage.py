@@ -397,11 +397,7 @@ def _forked(jobs: int) -> Iterator[tuple[int, list[Result]]]:
     while pending or running:
         while pending and len(running) < jobs:
             i = pending.pop(0)
-            recv, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(i, send), daemon=True)
-            proc.start()
-            send.close()
-            running[i] = (proc, recv)
+            running[i] = start_child(ctx, _child, i)
         ready = multiprocessing.connection.wait([recv for _, recv in running.values()], timeout=1.0)
         for i, (proc, recv) in list(running.items()):
             if recv not in ready:
@@ -432,6 +428,15 @@ def _drain(recv: Any, got_so_far: list[Result]) -> tuple[bool, list[Result] | No
             return True, list(got_so_far)
         got_so_far.append(r)
     return False, None
+
+
+def start_child(ctx: Any, target: Callable[..., None], job: Any) -> tuple[Any, Any]:
+    """A forked child running `target(job, send)`: (the process, the end of its pipe to read)."""
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=target, args=(job, send), daemon=True)
+    proc.start()
+    send.close()
+    return proc, recv
 
 
 def _child(i: int, send: Any) -> None:

@@ -167,10 +167,7 @@ def sweep(todo: list[tuple[str, str]], jobs: int) -> list[Tally]:
     while pending or running:
         while pending and len(running) < jobs:
             entry = pending.pop(0)
-            recv, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(entry, send), daemon=True)
-            proc.start()
-            send.close()
+            proc, recv = cov.start_child(ctx, _child, entry)
             running[recv] = (entry, proc, [])
         for recv in multiprocessing.connection.wait(list(running), timeout=1.0):
             entry, proc, cases = running[recv]

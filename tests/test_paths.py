@@ -236,3 +236,13 @@ def test_report_lists_the_routes_merged_and_can_keep_the_path_alone() -> None:
     assert sorted(map(str, (p["at"] for p in doc["paths"]["merged"]))) == sorted(
         map(str, [{"a0": 1, "b0": 4}, {"a0": 4, "b0": 1}, {"a0": 1, "b0": 1}]))
     assert doc["paths"]["rejected"][0]["why"].startswith("stops where aten.add.Tensor's shape rule rejects these sizes")
+
+
+def test_dynamic_says_where_the_trace_serves_more_than_torch_export() -> None:
+    cmd = [sys.executable, "-m", "guardsolve", "report", "examples/models.py:lstm", "--shape", "input=2,5,8",
+           "--dynamic", "input0", "--dynamic", "input1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "no guard constrains them" in out.stdout  # NOTE: torch.export's sizes >= 2 ask for nothing more
+    assert "note: the trace also serves input0=0; input0=1; input1=1" in out.stdout
+    assert 'dynamic_shapes = {"input": {0: input0, 1: input1}}' in out.stdout

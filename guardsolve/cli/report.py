@@ -98,6 +98,7 @@ def json_report(gs: GuardSet, info: ReportInfo) -> str:
                             "fixes": list(v.fixes), "witness": v.witness, "sources": list(v.sources)}
                            for v in j.violations],
             "dynamic_shapes": j.spec.source if j.spec is not None else None,
+            "beyond_export": beyond_export(gs, info.dynamic),
         }
         if info.checked is not None:
             doc["dynamic"]["export_check"] = {
@@ -210,6 +211,7 @@ def _dynamic_lines(gs: GuardSet, info: ReportInfo) -> list[str]:
     if not j.violations:
         lines.append("no guard constrains them")
     lines += [f"note: {u}" for u in j.undecided]
+    lines += [f"note: {b}" for b in beyond_export(gs, info.dynamic)]
     if info.checked is not None:
         c = info.checked
         lines += ["", f"# export check: torch.export accepts the spec {'as printed' if not c.pins else 'with its pins'} "
@@ -219,6 +221,17 @@ def _dynamic_lines(gs: GuardSet, info: ReportInfo) -> list[str]:
     elif j.spec is not None:
         lines += ["", "# dynamic_shapes for torch.export.export", j.spec.source]
     return lines
+
+
+def beyond_export(gs: GuardSet, dynamic: Sequence[str]) -> list[str]:
+    """Where the trace serves sizes torch.export's spec leaves out: routes merged at a
+    declared-dynamic dim of 0 or 1 (torch.export's dynamic sizes are at least 2)."""
+    points = [", ".join(f"{d}={p.point[d]}" for d in dynamic if p.point.get(d, 2) < 2) for p in gs.paths]
+    points = [f"({p})" if "," in p else p for p in dict.fromkeys(p for p in points if p)]
+    if not points:
+        return []
+    return [f"the trace also serves {'; '.join(points)} (routes merged), which torch.export's spec leaves out: "
+            "its dynamic sizes are at least 2"]
 
 
 def export_checked(gs: GuardSet, info: ReportInfo, trace: Any, dtype: str) -> Any:

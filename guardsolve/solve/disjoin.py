@@ -160,23 +160,12 @@ def one_dim_set(f: Formula) -> tuple[str, IntSet] | None:
     >>> one_dim_set(rel("ge", Poly.var("x0"), Poly.const(2)))
     ('x0', IntSet(parts=((2, None),)))
     """
-    from guardsolve.guards.expr import Rel
-
-    if not isinstance(f, Rel):
+    got = one_term_set(f)
+    if got is None:
         return None
-    lin = f.poly.nonconst()
-    if len(lin) != 1:
-        return None
-    (m, c), = lin.items()
-    if len(m) != 1 or not isinstance(m[0], str) or c not in (1, -1):
-        return None
-    k = f.poly.constant
-    d = m[0]
-    if f.op == "eq":
-        return d, IntSet.point(-k * c)
-    if f.op == "ne":
-        return d, IntSet.full().minus_point(-k * c)
-    return (d, IntSet.at_most(-k)) if c == 1 else (d, IntSet.at_least(k))
+    term, s = got
+    (m, _), = term.terms
+    return (m[0], s) if len(m) == 1 and isinstance(m[0], str) else None
 
 
 @dataclass
