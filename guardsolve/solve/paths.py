@@ -37,6 +37,8 @@ from guardsolve.solve.smt import formula_to_z3, z3_vars
 
 VALUES = (0, 1)
 MAX_PROBES = 16  # points traced again per trace, at most (each costs up to a trace)
+SMALL_TRACE = 40  # a trace of at most this many nodes is cheap to trace again: up to SMALL_PROBES
+SMALL_PROBES = 64
 MAX_PAIRS_UNITS = 12  # pairs of dims or classes at 1 are tried up to this many dims and classes
 MAX_DIMS = 32  # more input dims than this: not explored (the routes' disjunction grows too large)
 
@@ -279,7 +281,7 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
 
     rng = torch.random.get_rng_state()
     try:
-        return _search(out, example, base, probe, reduce, limit)
+        return _search(out, example, base, probe, reduce, limit, small=len(t.graph.nodes) <= SMALL_TRACE)
     finally:
         torch.random.set_rng_state(rng)  # NOTE: the probes' random ops leave the user's stream as it was
 
@@ -313,7 +315,7 @@ def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, li
         gg.meta["static"] = graph.meta.get("static", ())
         return ("same", gg)
 
-    return _search(out, example, base, probe, reduce, limit)
+    return _search(out, example, base, probe, reduce, limit, small=len(graph.nodes) <= SMALL_TRACE)
 
 
 def _graph_at(graph: Graph, signature: Any, point: Mapping[str, int]) -> Graph:
@@ -333,7 +335,7 @@ def _graph_at(graph: Graph, signature: Any, point: Mapping[str, int]) -> Graph:
 
 
 def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callable[[Mapping[str, int]], Outcome],
-            reduce: Callable[[Graph], Any], limit: int | None) -> Exploration:
+            reduce: Callable[[Graph], Any], limit: int | None, small: bool = False) -> Exploration:
     """The points to probe, in order (each dim and class at 0 and 1, then mixes, then the
     neighbours of every point that merged), skipping those a known route accepts or a known
     region rejects; at most `limit` probes."""
@@ -343,7 +345,6 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     start = time.perf_counter()
     # NOTE: classes first: one probe moves every dim the guards hold equal
     units = _classes(base) + [(d,) for d in example]
-    budget = min(4 * len(units) + 4, MAX_PROBES) if limit is None else limit
     queue = deque(_candidates(example, units, example))
     # NOTE: then mixes: every dim at 0, at 1, and each pair of dims or classes at 1 (a route
     # may need both: a broadcast of two size-1 operands)
@@ -355,6 +356,10 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
             for b in units[i + 1:]:
                 mix = {**example, **{d: 1 for d in a + b}}
                 queue.append((mix, tuple(d for d in example if mix[d] != example[d])))
+    # NOTE: a small trace (a few ops) is cheap to trace again: every point queued so far, and
+    # some neighbours of the routes found
+    budget = limit if limit is not None else (min(len(queue) + 8, SMALL_PROBES) if small else
+                                              min(4 * len(units) + 4, MAX_PROBES))
     seen = {tuple(sorted(example.items()))}
     looked = 0
     accepts: list[Callable[..., bool]] = [base.check_dims]
@@ -444,21 +449,51 @@ def merged_clauses(base: Any, paths: Sequence[Path], max_clauses: int | None = N
 def guard_budget(base: Any) -> int:
     """How many guards merged routes may take: a reader's budget, not the solver's (routes
     that would need more stay listed, unmerged)."""
-    return max(8, 2 * len(base.constraints) + 2)
+    return max(16, 4 * len(base.constraints) + 4)
 
 
 def select_paths(base: Any, paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
-    """The routes to merge, in the order found, each kept while the disjunction's clauses stay
-    within `guard_budget`; and those left out. A route that needs many clauses (the broadcasts
-    of three operands, each at size 1 alone) is still a route: `explain()` lists it."""
+    """The routes to merge, and those left out: all of them when their disjunction's clauses
+    fit `guard_budget`; else, one at a time, the route that leaves the fewest clauses (a route
+    that only widens one dim, `x0 == 1` next to `x0 >= 2`, leaves fewer than the base had)
+    while they fit. A route that needs many clauses (the broadcasts of three operands, each at
+    size 1 alone) is still a route: `explain()` lists it."""
+    if merged_clauses(base, list(paths)) is not None:
+        return list(paths), []
     kept: list[Path] = []
-    left: list[Path] = []
-    for p in paths:
-        if merged_clauses(base, kept + [p]) is not None:
-            kept.append(p)
-        else:
-            left.append(p)
+    left = list(paths)
+    while left:
+        sizes = [(len(c), i) for i, p in enumerate(left) if (c := merged_clauses(base, kept + [p])) is not None]
+        if not sizes:
+            break
+        kept.append(left.pop(min(sizes)[1]))
     return kept, left
+
+
+def implied_atoms(base: Any, paths: Sequence[Path], have: Sequence[Any], timeout_ms: int) -> list[tuple[Any, frozenset[int]]]:
+    """Constraints of any route that every route implies (z3) and that are not clauses yet:
+    `x1 == y0` where one route says it and the others say `x1 == 1, y0 == 1`. As clauses of
+    their own they let `simplify` drop the longer clauses they imply."""
+    ctx = z3.Context()
+    var = z3_vars(ctx)
+    sets = [base.constraints] + [p.guards.constraints for p in paths]
+    dims = {d for s in sets for c in s for d in c.dims}
+    background = [var(d) >= 0 for d in dims if d in base.sizes]
+    routes = [z3.And([formula_to_z3(c.formula, var) for c in s]) if s else z3.BoolVal(True, ctx) for s in sets]
+    seen = {repr(f) for f in have}
+    out: list[tuple[Any, frozenset[int]]] = []
+    for s in sets:
+        for c in s:
+            if repr(c.formula) in seen:
+                continue
+            seen.add(repr(c.formula))
+            goal = formula_to_z3(c.formula, var)
+            solver = z3.Solver(ctx=ctx)
+            solver.set("timeout", timeout_ms)
+            solver.add(*background, z3.Or(routes), z3.Not(goal))
+            if solver.check() == z3.unsat:
+                out.append((c.formula, c.prov if s is base.constraints else frozenset()))
+    return out
 
 
 def prove_union(constraints: Sequence[Constraint], sets: Sequence[Sequence[Constraint]], sizes: Any,

@@ -563,7 +563,8 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
     the same trace: the disjunction of their guards (`disjoin`), made minimal by the same
     stages, and proved by z3 equal to the disjunction. Provenance stays with the example's
     bailouts; those a path answers otherwise are `widened`."""
-    from guardsolve.solve.paths import explore, explore_saved, merged_clauses, prove_union, select_paths
+    from guardsolve.solve.paths import (explore, explore_saved, implied_atoms, merged_clauses, prove_union,
+                                        select_paths)
     from guardsolve.trace.tracer import Trace
     from guardsolve.solve.tograph import emit_bailout
     from guardsolve.ir.ops import Op
@@ -580,6 +581,7 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
                         params=base.params, exploration=ex)
     ex.paths, ex.unmerged = select_paths(base, ex.paths)
     clauses = merged_clauses(base, ex.paths) or []
+    clauses += implied_atoms(base, ex.paths, [f for f, _ in clauses], timeout_ms)
     g = Graph(meta={"signature": base.signature})
     for d in base.dims:
         g.emit(Op.INT_PLACEHOLDER if d in base.sizes else Op.INT_ARG, (), name=d)
