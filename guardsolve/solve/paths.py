@@ -470,12 +470,17 @@ def select_paths(base: Any, paths: Sequence[Path]) -> tuple[list[Path], list[Pat
     return kept, left
 
 
-def implied_atoms(base: Any, paths: Sequence[Path], have: Sequence[Any], timeout_ms: int) -> list[tuple[Any, frozenset[int]]]:
+def implied_atoms(base: Any, paths: Sequence[Path], have: Sequence[Any], timeout_ms: int,
+                  ctx: z3.Context | None = None) -> list[tuple[Any, frozenset[int]]]:
     """Constraints of any route that every route implies (z3) and that are not clauses yet:
     `x1 == y0` where one route says it and the others say `x1 == 1, y0 == 1`. As clauses of
-    their own they let `simplify` drop the longer clauses they imply."""
-    ctx = z3.Context()
+    their own they let `simplify` drop the longer clauses they imply. A constraint false at a
+    route's own point (or the example's) is no candidate: no solver call for it."""
+    ctx = ctx if ctx is not None else z3.Context()
     var = z3_vars(ctx)
+    points = [dict(p.point) for p in paths]
+    if base.signature is not None and base.graph.meta.get("example"):
+        points.append(dict(base.graph.meta["example"]))
     sets = [base.constraints] + [p.guards.constraints for p in paths]
     dims = {d for s in sets for c in s for d in c.dims}
     background = [var(d) >= 0 for d in dims if d in base.sizes]
@@ -487,6 +492,8 @@ def implied_atoms(base: Any, paths: Sequence[Path], have: Sequence[Any], timeout
             if repr(c.formula) in seen:
                 continue
             seen.add(repr(c.formula))
+            if not all(_holds(c.text, q) for q in points):
+                continue
             goal = formula_to_z3(c.formula, var)
             solver = z3.Solver(ctx=ctx)
             solver.set("timeout", timeout_ms)
@@ -496,11 +503,19 @@ def implied_atoms(base: Any, paths: Sequence[Path], have: Sequence[Any], timeout
     return out
 
 
+def _holds(text: str, point: Mapping[str, int]) -> bool:
+    """Does a printed constraint hold at `point` (a zero divisor: no)?"""
+    try:
+        return bool(eval(text, {}, dict(point)))  # NOTE: guardsolve's own printed guards over dims
+    except (ZeroDivisionError, NameError):
+        return False
+
+
 def prove_union(constraints: Sequence[Constraint], sets: Sequence[Sequence[Constraint]], sizes: Any,
-                timeout_ms: int) -> str | None:
+                timeout_ms: int, ctx: z3.Context | None = None) -> str | None:
     """z3: are `constraints` equivalent to the disjunction of `sets` (sizes >= 0)? None when
     proved, else what failed."""
-    ctx = z3.Context()
+    ctx = ctx if ctx is not None else z3.Context()
     var = z3_vars(ctx)
 
     def conj(cs: Sequence[Constraint]) -> Any:
