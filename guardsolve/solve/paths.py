@@ -39,6 +39,7 @@ VALUES = (0, 1)
 MAX_PROBES = 16  # points traced again per trace, at most (each costs up to a trace)
 SMALL_TRACE = 40  # a trace of at most this many nodes is cheap to trace again: up to SMALL_PROBES
 SMALL_PROBES = 64
+WIDE_CLAUSES = 96  # raw clauses of every route's disjunction tried before picking routes
 MAX_PAIRS_UNITS = 12  # pairs of dims or classes at 1 are tried up to this many dims and classes
 MAX_DIMS = 32  # more input dims than this: not explored (the routes' disjunction grows too large)
 

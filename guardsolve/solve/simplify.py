@@ -579,23 +579,38 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
         return GuardSet(base.constraints, base.graph, base.dims, base.sizes, base.signature, set(base.implied),
                         base.undecided, base.tautologies, base.value_guards, static=base.static,
                         params=base.params, exploration=ex)
-    ex.paths, ex.unmerged = select_paths(base, ex.paths)
-    clauses = merged_clauses(base, ex.paths) or []
     import z3
 
+    from guardsolve.solve.paths import WIDE_CLAUSES, guard_budget
+
     ctx = z3.Context()  # NOTE: one context for the merge's questions (making one costs ~4 ms)
-    clauses += implied_atoms(base, ex.paths, [f for f, _ in clauses], timeout_ms, ctx)
-    g = Graph(meta={"signature": base.signature})
-    for d in base.dims:
-        g.emit(Op.INT_PLACEHOLDER if d in base.sizes else Op.INT_ARG, (), name=d)
-    prov_of: dict[int, frozenset[int]] = {}
-    for f, prov in clauses:
-        emit_bailout(g, f)
-        prov_of[len(g.nodes) - 1] = prov
-    merged = _simplify(g, False, timeout_ms, 1) if clauses else None
-    constraints = [Constraint(c.kind, c.formula, c.text,
-                              frozenset().union(*(prov_of.get(i, frozenset()) for i in c.prov)), c.dims)
-                   for c in (merged or ())]
+
+    def reduced(paths: list[Any], max_clauses: int | None) -> tuple[list[Constraint], Any] | None:
+        """The minimal guards of the routes' disjunction (None past `max_clauses` raw clauses)."""
+        clauses = merged_clauses(base, paths, max_clauses)
+        if clauses is None:
+            return None
+        clauses += implied_atoms(base, paths, [f for f, _ in clauses], timeout_ms, ctx)
+        g = Graph(meta={"signature": base.signature})
+        for d in base.dims:
+            g.emit(Op.INT_PLACEHOLDER if d in base.sizes else Op.INT_ARG, (), name=d)
+        prov_of: dict[int, frozenset[int]] = {}
+        for f, prov in clauses:
+            emit_bailout(g, f)
+            prov_of[len(g.nodes) - 1] = prov
+        merged = _simplify(g, False, timeout_ms, 1) if clauses else None
+        return [Constraint(c.kind, c.formula, c.text, frozenset().union(*(prov_of.get(i, frozenset()) for i in c.prov)),
+                           c.dims) for c in (merged or ())], merged
+
+    # NOTE: every route first, its raw clauses up to WIDE_CLAUSES: the constraints every route
+    # implies often make most of them redundant (`mv`: 1 guard); kept when the minimal set fits
+    # the reader's budget, else routes are picked best-first within it (`select_paths`)
+    wide = reduced(ex.paths, WIDE_CLAUSES) if len(ex.paths) > 1 else None
+    if wide is not None and len(wide[0]) <= guard_budget(base):
+        constraints, merged = wide
+    else:
+        ex.paths, ex.unmerged = select_paths(base, ex.paths)
+        constraints, merged = reduced(ex.paths, None) or ([], None)
     failed = prove_union(constraints, [base.constraints] + [p.guards.constraints for p in ex.paths], base.sizes,
                          timeout_ms, ctx)
     if failed is not None:
