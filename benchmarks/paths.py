@@ -222,6 +222,10 @@ def details(tallies: list[Tally]) -> str:
     notes = collections.Counter(t.note.split(" at ")[0] if t.note.startswith("process died") else t.note
                                 for t in tallies if t.note)
     lines += ["", "### not judged", ""] + [f"- {n}: {k}" for k, n in notes.most_common()]
+    died = [t for t in tallies if t.note.startswith("process died")]
+    if died:
+        lines += ["", "Processes that died (the case they were in; an eager run of it, or a probe of the trace):", ""]
+        lines += [f"- {t.kind} {t.name}: {t.note}" for t in died]
     return "\n".join(lines)
 
 
