@@ -161,7 +161,7 @@ def path_lines(gs: GuardSet, rejected: int = 6) -> list[str]:
         return ["", f"other routes: not explored ({ex.skipped})"]
     lines = ["", f"other routes: tried at {plural(ex.traces, 'point')} (sizes 0 and 1) in "
                  f"{ex.seconds * 1000:.1f} ms; {len(gs.paths)} record the same trace and are merged"
-                 + ("" if gs.paths else "") + (f"; {ex.skipped}" if ex.skipped else "")]
+                 + (f"; {ex.skipped}" if ex.skipped else "")]
     for p in gs.paths:
         asked = gs._answered_otherwise(p.point)
         where = f" — {gs._origin(asked[0])}" if asked else ""

@@ -21,7 +21,6 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from guardsolve.guards.expr import FALSE, TRUE, Formula, Poly, conj, disj, rel
 
-Bound = "int | None"
 MAX_CLAUSES = 4096
 
 

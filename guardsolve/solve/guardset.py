@@ -115,6 +115,16 @@ class GuardSet:
                         self.undecided, self.tautologies, self.value_guards, static=static, params=params,
                         exploration=self.exploration, widened=self.widened)
 
+    def with_routes(self, exploration: Any, constraints: Sequence[Constraint] | None = None,
+                    undecided: Sequence[str] = (), widened: frozenset[int] = frozenset()) -> "GuardSet":
+        """These guards with an exploration's routes (`paths.Exploration`): the same constraints
+        (no route merged), or `constraints`, the merged routes' (with their `undecided` and the
+        bailouts they `widened`)."""
+        return GuardSet(self.constraints if constraints is None else constraints, self.graph, self.dims, self.sizes,
+                        self.signature, set(self.implied), [*self.undecided, *undecided], self.tautologies,
+                        self.value_guards, static=self.static, params=self.params, exploration=exploration,
+                        widened=widened)
+
     @property
     def paths(self) -> tuple[Any, ...]:
         """The other routes merged in (`paths.Path`): each records the same trace."""

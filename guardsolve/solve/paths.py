@@ -157,7 +157,7 @@ def _mutates_constants(t: Any) -> bool:
     return False
 
 
-def _why_not(t: Any, e: BaseException) -> str:
+def _why_not(e: BaseException) -> str:
     """A probe's failure, said as its reason for not merging."""
     from guardsolve.errors import UnsupportedOpError
     from guardsolve.trace.tracer import Diverged
@@ -179,12 +179,14 @@ def _user_decisions(g: Graph) -> Graph | None:
     """The example's decisions made outside any op (the user's code, library Python): a trace
     records each as a node of its own (`bool_bailout(i4, expect=True)`), so a point where one
     is answered otherwise records another trace, whatever route it takes. None if there is none."""
-    keep = [i for i, n in enumerate(g.nodes) if n.op is Op.BOOL_BAILOUT and n.meta.get("user")]
-    if not keep or any(n.op is Op.BOOL_OPAQUE for n in g.nodes):
+    if _on_data(g) or not any(n.op is Op.BOOL_BAILOUT and n.meta.get("user") for n in g.nodes):
         return None
-    drop = {i for i, n in enumerate(g.nodes) if n.op is Op.BOOL_BAILOUT} - set(keep)
-    sub = Graph([n for i, n in enumerate(g.nodes) if i not in drop], meta=g.meta)
-    return sub
+    return Graph([n for n in g.nodes if n.op is not Op.BOOL_BAILOUT or n.meta.get("user")], meta=g.meta)
+
+
+def _on_data(g: Graph) -> bool:
+    """Does guard graph `g` hold a decision on tensor data (not a region of sizes)?"""
+    return any(n.op is Op.BOOL_OPAQUE for n in g.nodes)
 
 
 def _decided_otherwise(user: Graph | None, point: Mapping[str, int]) -> str | None:
@@ -220,8 +222,6 @@ def _inside(g: Graph, point: Mapping[str, int]) -> bool:
     from guardsolve.errors import GuardsolveError
     from guardsolve.ir.concrete import run_concrete
 
-    if any(n.op is Op.BOOL_OPAQUE for n in g.nodes):
-        return False  # NOTE: a decision on tensor data: no region of sizes
     try:
         run_concrete(g, dict(point))
     except (GuardsolveError, ArithmeticError, KeyError):  # NOTE: a failed guard, a zero divisor
@@ -269,11 +269,12 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
         try:
             u = _trace(t.fn, _inputs_at(t, point), t.value_guards, expect=t.graph.nodes)
         except Exception as e:  # NOTE: any failure at the new sizes is a route not merged
-            why = _why_not(t, e)
+            why = _why_not(e)
             prefix = getattr(e, "prefix_guards", None)
-            # NOTE: a region that holds the example itself was not decided by sizes alone
-            # (a branch on tensor data, recorded with value_guards): not a region then
-            decided = prefix is not None and _decided(e) and not _inside(prefix, example)
+            # NOTE: a region with a decision on tensor data (recorded with value_guards), or that
+            # holds the example itself, was not decided by sizes alone: not a region then
+            decided = (prefix is not None and _decided(e) and not _on_data(prefix)
+                       and not _inside(prefix, example))
             return ("other", why, prefix if decided else None)
         why = difference(t, u)
         if why is not None:
@@ -312,7 +313,7 @@ def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, li
         try:
             gg = pytorch_guard_graph(_graph_at(graph, signature, point), signature)
         except Exception as e:
-            return ("other", _why_not(None, e), None)
+            return ("other", _why_not(e), None)
         gg.meta["static"] = graph.meta.get("static", ())
         return ("same", gg)
 
@@ -392,9 +393,10 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
             got = probe(point)
             if got[0] == "other":
                 _, why, region = got
-                out.probes.append(Probe(point, changed, why))
+                rejected = Probe(point, changed, why)
+                out.probes.append(rejected)
                 if region is not None:
-                    region.meta.update(probe=Probe(point, changed, why).describe(), why=why)
+                    region.meta.update(probe=rejected.describe(), why=why)
                     rejects.append(region)
                 continue
             gg = got[1]

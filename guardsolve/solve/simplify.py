@@ -563,11 +563,13 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
     the same trace: the disjunction of their guards (`disjoin`), made minimal by the same
     stages, and proved by z3 equal to the disjunction. Provenance stays with the example's
     bailouts; those a path answers otherwise are `widened`."""
-    from guardsolve.solve.paths import (explore, explore_saved, implied_atoms, merged_clauses, prove_union,
-                                        select_paths)
-    from guardsolve.trace.tracer import Trace
-    from guardsolve.solve.tograph import emit_bailout
+    import z3
+
     from guardsolve.ir.ops import Op
+    from guardsolve.solve.paths import (WIDE_CLAUSES, explore, explore_saved, guard_budget, implied_atoms,
+                                        merged_clauses, prove_union, select_paths)
+    from guardsolve.solve.tograph import emit_bailout
+    from guardsolve.trace.tracer import Trace
 
     with paused_gc():
         reduce = lambda g: _simplify(g, False, timeout_ms, 1)  # noqa: E731
@@ -576,13 +578,7 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
         ex = (explore(t, base, reduce, limit=limit) if isinstance(t, Trace)
               else explore_saved(t, base, reduce, limit=limit))
     if not ex.paths:
-        return GuardSet(base.constraints, base.graph, base.dims, base.sizes, base.signature, set(base.implied),
-                        base.undecided, base.tautologies, base.value_guards, static=base.static,
-                        params=base.params, exploration=ex)
-    import z3
-
-    from guardsolve.solve.paths import WIDE_CLAUSES, guard_budget
-
+        return base.with_routes(ex)
     ctx = z3.Context()  # NOTE: one context for the merge's questions (making one costs ~4 ms)
 
     def reduced(paths: list[Any], max_clauses: int | None) -> tuple[list[Constraint], Any] | None:
@@ -617,14 +613,10 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
         # NOTE: never a guard set that is not the paths' disjunction: the example's path alone
         ex.skipped = f"the merged guards were not proved equal to the paths' ({failed}); kept the example's path"
         ex.paths.clear()
-        return GuardSet(base.constraints, base.graph, base.dims, base.sizes, base.signature, set(base.implied),
-                        base.undecided, base.tautologies, base.value_guards, static=base.static,
-                        params=base.params, exploration=ex)
+        return base.with_routes(ex)
     kept = frozenset().union(*(c.prov for c in constraints))
     widened = frozenset().union(*(c.prov for c in base.constraints)) - kept
-    return GuardSet(constraints, base.graph, base.dims, base.sizes, base.signature, set(base.implied),
-                    [*base.undecided, *(merged.undecided if merged else ())], base.tautologies, base.value_guards,
-                    static=base.static, params=base.params, exploration=ex, widened=widened)
+    return base.with_routes(ex, constraints, merged.undecided if merged else (), widened)
 
 
 def _simplify(gg: Graph, verify: bool, timeout_ms: int, jobs: int = 1, *, auto: bool = False) -> GuardSet:
