@@ -13,8 +13,8 @@ import torch
 
 import guardsolve
 from guardsolve.errors import InputMismatchError
-from guardsolve.solve.dynamic import Member
-from guardsolve.solve.export_check import ExportCheckError, _State, as_module, check_with_export, parse_fixes, torch_fixes
+from guardsolve.pytorch.dynamic import Member, export_spec, judge_dynamic, violations
+from guardsolve.pytorch.export_check import ExportCheckError, _State, as_module, check_with_export, parse_fixes, torch_fixes
 
 ROOT = pathlib.Path(__file__).parent.parent
 
@@ -151,7 +151,7 @@ def _judge_against_torch_export(name: str, decl: str, make: Callable[[], Any], i
         gs = guardsolve.simplify(guardsolve.trace(fn, *args))
     tensors = [p for p in gs.signature if p.kind == "tensor"]
     declared = [p.dims[0] for p in tensors] if decl == "batch" else [d for p in tensors for d in p.dims]
-    j = gs.judge_dynamic(declared, args)
+    j = judge_dynamic(gs, declared, args)
     assert not j.undecided and not j.example_from_z3
 
     # torch.export with every declared dim its own Dim: its suggested fixes, parsed
@@ -219,13 +219,13 @@ def test_lstm_sequence_length_is_free_for_guardsolve_and_pinned_by_torch_export(
     declared = ["input0", "input1", "input2"]
     with torch.no_grad():
         gs = guardsolve.simplify(guardsolve.trace(model, *args))
-        spec = gs.export_spec(declared, args)
+        spec = export_spec(gs, declared, args)
         assert spec.dims["input1"].root is not None and spec.dims["input2"].root is None
         assert gs.check_dims({"input0": 2, "input1": 9, "input2": 8}) and model(torch.randn(2, 9, 8))[0].shape == (2, 9, 16)
         with pytest.raises(Exception, match="input1 = 5"):
             torch.export.export(model, args, dynamic_shapes=spec.spec)
 
-    checked = check_with_export(gs.judge_dynamic(declared, args), model, args)
+    checked = check_with_export(judge_dynamic(gs, declared, args), model, args)
     (pin,) = checked.pins
     assert (pin.fix, pin.dims, pin.witness, pin.eager, checked.rounds) == ("input1 = 5", ("input1",), {"input1": 6}, None, 2)
     assert str(pin) == ("torch.export pins input1 = 5; guardsolve's guards accept any input1 "
@@ -245,8 +245,8 @@ def _cnn() -> tuple[Any, torch.Tensor, Any]:
 def test_cnn_batch_only_is_free_once_static_dims_are_substituted() -> None:
     model, x, gs = _cnn()
     assert any({"x2", "x3"} & set(c.dims) for c in gs)  # gone once x2, x3 are static at 16
-    assert gs.violations(["x0"], (x,)) == []
-    spec = gs.export_spec(["x0"], (x,))
+    assert violations(gs, ["x0"], (x,)) == []
+    spec = export_spec(gs, ["x0"], (x,))
     assert spec.source == 'from torch.export import Dim\nx0 = Dim("x0")\ndynamic_shapes = {"x": {0: x0}}'
     ep = torch.export.export(model, (x,), dynamic_shapes=spec.spec)
     for batch in (1, 9):
@@ -255,10 +255,10 @@ def test_cnn_batch_only_is_free_once_static_dims_are_substituted() -> None:
 
 def test_cnn_every_dim_gives_torch_exports_fixes() -> None:
     model, x, gs = _cnn()
-    vs = gs.violations(["x0", "x1", "x2", "x3"], (x,))
+    vs = violations(gs, ["x0", "x1", "x2", "x3"], (x,))
     kinds = {(v.kind, v.dim) for v in vs}
     assert {("static", "x1"), ("divisible", "x2"), ("divisible", "x3")} <= kinds
-    spec = gs.export_spec(["x0", "x1", "x2", "x3"], (x,))
+    spec = export_spec(gs, ["x0", "x1", "x2", "x3"], (x,))
     assert str(spec.dims["x1"].render()) == "3"
     assert (spec.dims["x2"].coef, spec.dims["x2"].offset, spec.dims["x3"].coef) == (2, 0, 2)
     assert 'x2 = 2*_x2' in spec.source and '"x": {0: x0, 2: x2, 3: x3}' in spec.source
@@ -312,9 +312,9 @@ def test_each_fix_in_torch_exports_words(name: str, fn: Callable[..., Any], shap
                                          expected: dict[str, str], lines: list[str]) -> None:
     args = [torch.randn(s) for s in shapes]
     gs = guardsolve.simplify(guardsolve.trace(fn, *args))
-    vs = gs.violations(declared, args)
+    vs = violations(gs, declared, args)
     assert {v.constraint.text.replace("x0*x0", "x0**2"): v.kind for v in vs} == expected, [str(v) for v in vs]
-    spec = gs.export_spec(declared, args)
+    spec = export_spec(gs, declared, args)
     for line in lines:
         assert line in spec.source, spec.source
     for v in vs:
@@ -328,28 +328,28 @@ def test_a_guard_torch_export_assumes_needs_no_fix() -> None:
     t = guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4))
     gs = guardsolve.simplify(t, explore=False)
     assert [c.text for c in gs] == ["a0 == b0", "a0 != 1"]
-    assert [v.constraint.text for v in gs.violations(["a0", "b0"], {"a0": 4, "b0": 4})] == ["a0 == b0"]
+    assert [v.constraint.text for v in violations(gs, ["a0", "b0"], {"a0": 4, "b0": 4})] == ["a0 == b0"]
     # NOTE: merged, the broadcast routes at size 1 ask torch.export for nothing either
     merged = guardsolve.simplify(t)
     assert [c.text for c in merged] == ["(a0 == 1) or (a0 == b0) or (b0 == 1)"]
-    assert [v.constraint.text for v in merged.violations(["a0", "b0"], {"a0": 4, "b0": 4})] == ["a0 == b0"]
+    assert [v.constraint.text for v in violations(merged, ["a0", "b0"], {"a0": 4, "b0": 4})] == ["a0 == b0"]
 
 
 def test_examples_of_size_one_are_static_in_torch_export() -> None:
     gs = guardsolve.simplify(guardsolve.trace(lambda x: x * 2, torch.ones(1, 3)))
-    (v,) = gs.violations(["x0"], {"x0": 1, "x1": 3})
+    (v,) = violations(gs, ["x0"], {"x0": 1, "x1": 3})
     assert v.kind == "static" and "sizes 0 and 1" in v.suggestion
-    assert gs.export_spec(["x0"], {"x0": 1, "x1": 3}).spec == {"x": None}
+    assert export_spec(gs, ["x0"], {"x0": 1, "x1": 3}).spec == {"x": None}
 
 
 def test_without_an_example_z3_picks_one_the_guards_accept() -> None:
     gs = guardsolve.simplify(guardsolve.trace(lambda x: x.view(-1, 8), torch.randn(32)))
-    j = gs.judge_dynamic(["x0"])
+    j = judge_dynamic(gs, ["x0"])
     assert j.example_from_z3 and j.example["x0"] % 8 == 0 and j.example["x0"] >= 2
     with pytest.raises(InputMismatchError, match="unknown dim 'z9'"):
-        gs.violations(["z9"])
+        violations(gs, ["z9"])
     with pytest.raises(InputMismatchError, match="does not satisfy"):
-        gs.violations(["x0"], {"x0": 12})
+        violations(gs, ["x0"], {"x0": 12})
 
 
 # -- the export check's rules ------------------------------------------------------------------
@@ -377,7 +377,7 @@ def test_export_check_applies_only_fixes_that_narrow() -> None:
 
 
 def test_export_check_witness_of_a_narrowed_range() -> None:
-    from guardsolve.solve.export_check import _accepted_elsewhere, _witnessed
+    from guardsolve.pytorch.export_check import _accepted_elsewhere, _witnessed
 
     gs = guardsolve.simplify(guardsolve.trace(lambda x: x.view(-1, 2), torch.randn(16)))
     st = _State({"x0": 16}, {"x0": Member("_x0", 2, 0)}, {"_x0": (1, None)})
@@ -393,6 +393,6 @@ def test_export_check_of_a_program_torch_export_cannot_trace() -> None:
         return x * 2 if x.sum() > 0 else x
 
     x = torch.ones(4, 3)
-    j = guardsolve.simplify(guardsolve.trace(f, x, value_guards=True)).judge_dynamic(["x0"], (x,))
+    j = judge_dynamic(guardsolve.simplify(guardsolve.trace(f, x, value_guards=True)), ["x0"], (x,))
     with pytest.raises(ExportCheckError, match=r"torch.export cannot export .*f: GuardOnDataDependentSymNode"):
         check_with_export(j, f, (x,))

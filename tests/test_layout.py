@@ -25,6 +25,7 @@ LEVEL = {
     "trace": 3,    # trace/: traced tensor, guarded ints, tracer, torch rules, replay
     "solve": 4,    # solve/: union-find, ordering, z3, witnesses, simplify, GuardSet
     "cache": 5,    # cache.py: guarded()
+    "pytorch": 5,  # pytorch/: torch.export's and torch.compile's words in and out (dynamic, export_check, compile)
     "cli": 6,      # cli/: the command line and its reports
     "testing": 6,  # testing.py: random guard graphs for tests and benchmarks
     "api": 7,      # guardsolve/__init__.py (the public API) and __main__.py
@@ -119,3 +120,13 @@ def test_the_check_sees_imports_inside_functions_but_not_type_checking_blocks() 
     assert deps == {"guardsolve.ir.kernels", "guardsolve.ir.graph", "guardsolve.solve.simplify"}
     assert upward_imports({"guardsolve.ir.concrete": deps}) == [
         "guardsolve.ir.concrete (ir) imports guardsolve.solve.simplify (solve)"]
+
+
+def test_solve_is_the_solver_alone() -> None:
+    """PyTorch's own tracers' vocabulary (torch.export, torch.compile/Dynamo) lives in pytorch/:
+    no module of solve/ names them, and pytorch/ holds the modules that do."""
+    foreign = ("torch.export", "torch._dynamo", "torch.compile", "torch._guards", "symbolic_shapes")
+    found = [f"{p.relative_to(PACKAGE)} names {w}" for p in sorted((PACKAGE / "solve").rglob("*.py"))
+             for w in foreign if w in p.read_text()]
+    assert found == []
+    assert {"dynamic.py", "export_check.py"} <= {p.name for p in (PACKAGE / "pytorch").glob("*.py")}

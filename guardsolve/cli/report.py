@@ -189,14 +189,14 @@ def static_lines(gs: GuardSet) -> list[str]:
 
 def judgement(gs: GuardSet, info: ReportInfo) -> Any:
     """The --dynamic judgement, static dims at the example the trace recorded."""
-    from guardsolve.solve.dynamic import example_dims
+    from guardsolve.pytorch.dynamic import example_dims, judge_dynamic
 
     e = example_dims(info.trace)
-    return gs.judge_dynamic(info.dynamic, e if set(gs.dims) <= set(e) else None)
+    return judge_dynamic(gs, info.dynamic, e if set(gs.dims) <= set(e) else None)
 
 
 def _dynamic_lines(gs: GuardSet, info: ReportInfo) -> list[str]:
-    from guardsolve.solve.dynamic import render_point
+    from guardsolve.pytorch.dynamic import render_point
 
     j = judgement(gs, info)
     static = [d for d in gs.dims if d not in j.dynamic]
@@ -239,7 +239,7 @@ def export_checked(gs: GuardSet, info: ReportInfo, trace: Any, dtype: str) -> An
     traced sizes (random tensors of `dtype`, zeros when it is not floating point)."""
     import torch
 
-    from guardsolve.solve.export_check import ExportCheckError, check_with_export
+    from guardsolve.pytorch.export_check import ExportCheckError, check_with_export
 
     if not info.dynamic:
         raise ExportCheckError("--export-check checks the --dynamic spec: give --dynamic DIM")

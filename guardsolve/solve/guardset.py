@@ -278,28 +278,6 @@ class GuardSet:
         why = f"; a fresh trace at these sizes {probe.because()}" if probe is not None else ""
         return f"{c.text} failed ({values}){where}{why}"
 
-    def judge_dynamic(self, dynamic: Sequence[str], example: Any = None) -> Any:
-        """torch.export's view of the declared-dynamic dims (`dynamic.Judgement`), static dims at
-        their `example` values (a dim -> value mapping, or the example inputs; z3 picks one if None)."""
-        from guardsolve.solve.dynamic import judge
-
-        key = (tuple(dynamic), None if example is None else tuple(sorted(
-            (example if isinstance(example, Mapping) else self.input_dims(*example) or {}).items())))
-        cache = self.__dict__.setdefault("_judgements", {})  # NOTE: the z3 questions cost ~0.1-1 s
-        if key not in cache:
-            cache[key] = judge(self, dynamic, example)
-        return cache[key]
-
-    def violations(self, dynamic: Sequence[str], example: Any = None) -> list[Any]:
-        """Minimal guards that constrain the declared-dynamic dims, with torch.export fixes."""
-        return self.judge_dynamic(dynamic, example).violations
-
-    def export_spec(self, dynamic: Sequence[str], example: Any = None) -> Any:
-        """The most dynamic `dynamic_shapes` spec for `torch.export.export` these guards allow."""
-        if self.signature is None:
-            raise InputMismatchError("a dynamic_shapes spec needs the traced signature (trace a function, not a guard file)")
-        return self.judge_dynamic(dynamic, example).spec
-
     # -- explaining ------------------------------------------------------------------------
 
     def _describe(self, i: int) -> str:

@@ -9,9 +9,9 @@ torch.export has no words for. The spec it prints is the most dynamic one its vo
 
 >>> import torch, guardsolve
 >>> gs = guardsolve.simplify(guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4)))
->>> for v in gs.violations(["a0", "b0"], example={"a0": 4, "b0": 4}): print(v)
+>>> for v in violations(gs, ["a0", "b0"], example={"a0": 4, "b0": 4}): print(v)
 a0 == b0: [equal] a0 and b0 must be equal: use one Dim for both (b0 = a0)
->>> print(gs.export_spec(["a0", "b0"], example={"a0": 4, "b0": 4}).source)
+>>> print(export_spec(gs, ["a0", "b0"], example={"a0": 4, "b0": 4}).source)
 from torch.export import Dim
 a0 = Dim("a0")
 b0 = a0
@@ -294,8 +294,34 @@ def _classes(formulas: Sequence[Formula], dyn: Sequence[str], order: DimOrder) -
     return classes, of, merged
 
 
+def judge_dynamic(gs: Any, dynamic: Sequence[str], example: Any = None) -> Judgement:
+    """torch.export's view of a GuardSet's declared-dynamic dims, static dims at their `example`
+    values (a dim -> value mapping, or the example inputs; z3 picks one if None). Cached on the
+    GuardSet: its z3 questions cost ~0.1-1 s."""
+    key = (tuple(dynamic), None if example is None else tuple(sorted(
+        (example if isinstance(example, Mapping) else gs.input_dims(*example) or {}).items())))
+    cache = gs.__dict__.setdefault("_judgements", {})
+    if key not in cache:
+        cache[key] = judge(gs, dynamic, example)
+    return cache[key]
+
+
+def violations(gs: Any, dynamic: Sequence[str], example: Any = None) -> list[Violation]:
+    """The minimal guards that constrain the declared-dynamic dims, with torch.export fixes."""
+    return judge_dynamic(gs, dynamic, example).violations
+
+
+def export_spec(gs: Any, dynamic: Sequence[str], example: Any = None) -> ExportSpec:
+    """The most dynamic `dynamic_shapes` spec for `torch.export.export` a GuardSet allows."""
+    if gs.signature is None:
+        raise InputMismatchError("a dynamic_shapes spec needs the traced signature (trace a function, not a guard file)")
+    spec = judge_dynamic(gs, dynamic, example).spec
+    assert spec is not None
+    return spec
+
+
 def judge(gs: Any, dynamic: Sequence[str], example: Any = None, timeout_ms: int = TIMEOUT_MS) -> Judgement:
-    """The judgement behind `GuardSet.violations` and `GuardSet.export_spec`."""
+    """The judgement behind `judge_dynamic` (uncached)."""
     dynamic = tuple(dict.fromkeys(dynamic))
     bad = [d for d in dynamic if d not in gs.dims]
     if bad:

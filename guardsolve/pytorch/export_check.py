@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import z3
 
 from guardsolve.errors import GuardsolveError
-from guardsolve.solve.dynamic import MIN_DYNAMIC, ExportSpec, Member, render_point, render_spec
+from guardsolve.pytorch.dynamic import MIN_DYNAMIC, ExportSpec, Member, render_point, render_spec
 from guardsolve.solve.smt import z3_vars
 
 EAGER_LIMIT = 2 ** 24  # NOTE: elements per witness input; a larger one is not run eagerly
