@@ -345,3 +345,52 @@ def _meta_rejects(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> bool:
     finally:
         log.setLevel(level)
     return False
+
+
+def size_variants(inputs: tuple[Any, ...]) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """The example's tensors at other sizes: each dim to 0, 1, 2, v-1, v+1 and 2v; each class
+    of dims of equal example size moved together to those values, and apart (one member moved
+    alone, which the per-dim changes already cover). Values are taken from the example's own
+    (indices stay in range), each variant named by its changes.
+
+    >>> import torch
+    >>> [what for what, _ in size_variants((torch.ones(2), torch.ones(2)))][:4]
+    ['a0=0', 'a0=1', 'a0=3', 'a0=4']
+    """
+    import torch
+
+    from guardsolve.solve.paths import _resized
+
+    dims = [(i, d, int(x.shape[d])) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) for d in range(x.dim())]
+
+    def name(i: int, d: int) -> str:
+        return f"{chr(ord('a') + i) if i < 26 else f'arg{i}_'}{d}"
+
+    def values(v: int) -> list[int]:
+        return sorted({0, 1, 2, max(v - 1, 0), v + 1, 2 * v} - {v})
+
+    seen: set[tuple[Any, ...]] = set()
+
+    def at(change: dict[tuple[int, int], int]) -> tuple[Any, ...] | None:
+        key = tuple(sorted(change.items()))
+        if key in seen:
+            return None
+        seen.add(key)
+        return tuple(_resized(x, [change.get((i, d), n) for d, n in enumerate(x.shape)])
+                     if isinstance(x, torch.Tensor) else x for i, x in enumerate(inputs))
+
+    for i, d, v in dims:
+        for w in values(v):
+            new = at({(i, d): w})
+            if new is not None:
+                yield f"{name(i, d)}={w}", new
+    classes: dict[int, list[tuple[int, int]]] = {}
+    for i, d, v in dims:
+        classes.setdefault(v, []).append((i, d))
+    for v, members in classes.items():
+        if len(members) < 2:
+            continue
+        for w in values(v):
+            new = at({m: w for m in members})
+            if new is not None:
+                yield ", ".join(f"{name(i, d)}={w}" for i, d in members), new

@@ -305,6 +305,8 @@ class GuardSet:
         loc = n.meta.get("loc")
         if loc is not None:
             return f"{loc.short_file}:{loc.line}  {loc.code or linecache.getline(loc.file, loc.line).strip()}"
+        if n.meta.get("origin"):
+            return n.meta["origin"]  # NOTE: a guard translated from another tracer's (Dynamo's), with its source
         if n.meta.get("op"):
             return f"{n.meta['op']}'s shape rule"
         if n.meta.get("trace_line") is not None:

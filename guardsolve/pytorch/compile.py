@@ -1,0 +1,801 @@
+"""torch.compile's own guards, minimal, proven and explained: `explain_compile`.
+
+`explain_compile(fn, *args)` compiles `fn` (a function or an `nn.Module`) with `torch.compile`,
+calls it once, and reads every frame Dynamo compiled (a graph break makes several). Per frame:
+
+* `dynamo_guards`: the shape guards exactly as Dynamo checks them on entry (the epilogue
+  lambdas of its guard manager, with the ranges `produce_guards` adds) plus the static sizes its
+  TENSOR_MATCH guards check, each with where it came from: a user line, or one of Dynamo's own
+  assumptions (duck sizing, 0/1 specialization, static by default, stride, ...), named, with
+  what the user can do about it;
+* `guards`: a `GuardSet` over guardsolve's dim names (`x0` for `L['x'].size()[0]`), minimal
+  and proven equivalent to the size guards (`guards.verify()`); Dynamo's stride guards and the
+  dtype, device and requires_grad its TENSOR_MATCH checks become `guards.static`;
+* `specializations`: each input dim Dynamo had a symbol for and then pinned (or a dim marked
+  dynamic that it could not keep dynamic), with every guard that pins or narrows it.
+
+Values Dynamo reads that are not arguments of the frame (a module's parameters, a global
+tensor) are pinned at their current sizes by static guards; the size guards are proven
+equivalent to Dynamo's with those values substituted.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import sympy
+import torch
+from torch.utils._sympy.printers import PythonPrinter
+
+from guardsolve.errors import GuardsolveError
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.node import SourceLoc, short_path
+from guardsolve.ir.ops import Op
+from guardsolve.ir.signature import Param, dim_names
+from guardsolve.pytorch import dynamo as dyn
+from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
+from guardsolve.solve.guardset import GuardSet
+from guardsolve.solve.simplify import simplify
+from guardsolve.trace.static import StaticGuard, is_static_value, state_guards, tensor_guards, value_guard
+
+JSON_VERSION = 1
+
+
+class CompileExplainError(GuardsolveError):
+    """torch.compile failed on the call, or compiled nothing to explain."""
+
+
+# -- where a guard came from ----------------------------------------------------------------
+
+FIXES = {
+    "duck sizing": "give the inputs different example sizes, or set "
+                   "torch.fx.experimental._config.use_duck_shape = False",
+    "0/1 specialization": "trace an example of size >= 2, or torch._dynamo.decorators.mark_unbacked(tensor, dim)",
+    "static by default": "torch._dynamo.mark_dynamic(tensor, dim), or torch.compile(..., dynamic=True)",
+    "stride": "the input's strides are those of the example's layout; pass inputs of the same layout",
+    "automatic dynamic": "none needed: it keeps inputs of the earlier static graph on that graph",
+    "specialized": "see the specializations: the guards that pin this dim",
+    "shape rule": "none: PyTorch's shape rule for the op asks it",
+}
+
+
+@dataclass(frozen=True)
+class GuardSource:
+    """Where one Dynamo guard came from: a user line, or a named assumption (with a fix)."""
+
+    assumption: str | None = None
+    file: str | None = None
+    line: int | None = None
+    function: str | None = None
+    code: str | None = None
+    detail: str | None = None
+
+    @property
+    def fix(self) -> str | None:
+        return FIXES.get(self.assumption) if self.assumption else None
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" + (f"  {self.code}" if self.code else "") if self.file else ""
+        if self.assumption is None:
+            return where
+        text = f"Dynamo's assumption: {self.assumption}" + (f" ({self.detail})" if self.detail else "")
+        return text + (f"; first used at {where}" if where else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"file": self.file, "line": self.line, "code": self.code}
+        if self.assumption:
+            d.update(assumption=self.assumption, fix=self.fix)
+            if self.detail:
+                d["detail"] = self.detail
+        return d
+
+
+_LOC = re.compile(r"(?:^|\) and )(?P<code>[^#]*?)\s+# (?P<file>\S+?):(?P<line>\d+) in (?P<fn>[\w<>.]+)")
+_FRAMEWORK = re.compile(r"^(?P<file>\S+?):(?P<line>\d+) in (?P<fn>[\w<>.]+)")
+
+
+def _file(printed: str, code: Any) -> str:
+    """Dynamo prints a shortened path; the frame's own file when it is that one."""
+    full = getattr(code, "co_filename", "")
+    return short_path(full) if full.endswith(printed.lstrip(".")) or printed.endswith(short_path(full)) else printed
+
+
+def user_lines(comment: str, code: Any = None) -> list[GuardSource]:
+    """The user lines in one of Dynamo's verbose comments (`if x.shape[0] > 5:  # f.py:3 in f (...)`).
+
+    >>> [str(s) for s in user_lines("if n > 5:  # f.py:3 in f (_dynamo/variables/tensor.py:2606 in evaluate_expr)")]
+    ['f.py:3  if n > 5:']
+    """
+    return [GuardSource(None, _file(m["file"], code), int(m["line"]), m["fn"], m["code"].strip() or None)
+            for m in _LOC.finditer(comment)]
+
+
+def sources_of(comment: str, code: str, frame_code: Any = None) -> tuple[GuardSource, ...]:
+    """Every source of a guard from Dynamo's verbose comment: a user line or a named assumption.
+
+    >>> [s.assumption for s in sources_of("duck sizing added this equality because these variables had the same size 3", "")]
+    ['duck sizing']
+    """
+    lines = user_lines(comment, frame_code)
+    if "duck sizing" in comment:
+        m = re.search(r"the same size (\d+)", comment)
+        return (GuardSource("duck sizing", detail=f"the example sizes were equal ({m[1]})" if m else None),)
+    if "0/1 specialization" in comment:
+        first = lines[0] if lines else GuardSource()
+        return (GuardSource("0/1 specialization", first.file, first.line, first.function, first.code,
+                            "a dynamic size is assumed >= 2"),)
+    if "exclusion guard for automatic dynamic" in comment:
+        return (GuardSource("automatic dynamic", detail="inputs of the earlier static graph stay on it"),)
+    if "unknown source" in comment and (".stride()" in code or "storage_offset" in code):
+        return (GuardSource("stride", detail="Dynamo ties the strides to the sizes of the example's layout"),)
+    if lines:
+        return tuple(lines)
+    fw = _FRAMEWORK.match(comment)
+    if fw is not None:
+        return (GuardSource("shape rule", fw["file"], int(fw["line"]), fw["fn"], detail=f"{fw['file']}:{fw['line']} in {fw['fn']}"),)
+    return ()
+
+
+# -- one frame ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DynamoGuard:
+    """One size guard Dynamo checks on entry, as it checks it, and where it came from.
+
+    `kind`: "shape" (an epilogue lambda over sizes), "static size" (a size its TENSOR_MATCH
+    checks) or "stride" (a shape guard over strides: a static guard here)."""
+
+    code: str
+    kind: str
+    sources: tuple[GuardSource, ...]
+    comment: str = ""
+    expr: Any = field(default=None, compare=False)  # the sympy condition, over one symbol per source
+
+    def __str__(self) -> str:
+        return self.code
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "kind": self.kind, "sources": [s.as_dict() for s in self.sources],
+                "dynamo_comment": self.comment}
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One guard that pins or narrows a specialized dim: its text over guardsolve's names,
+    where it came from, and a witness value of the dim it rejects (the other dims as the call)."""
+
+    text: str
+    sources: tuple[GuardSource, ...]
+    witness: dict[str, int] | None
+
+    def __str__(self) -> str:
+        w = f"; rejects {', '.join(f'{k}={v}' for k, v in self.witness.items())}" if self.witness else ""
+        return f"{self.text}  at {'; '.join(map(str, self.sources)) or 'Dynamo'}{w}"
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """A dim Dynamo made a symbol for and then pinned to `value`; `marked`: the user marked it
+    dynamic (then Dynamo's own error is `error`)."""
+
+    dim: str
+    source: str
+    value: int
+    marked: bool
+    pins: tuple[Pin, ...]
+    error: str | None = None
+
+    def __str__(self) -> str:
+        head = (f"{self.dim} ({self.source}) was marked dynamic but is specialized to {self.value}" if self.marked
+                else f"{self.dim} ({self.source}) is specialized to {self.value}")
+        return "\n".join([head + f", by {len(self.pins)} guard{'s' if len(self.pins) != 1 else ''}:",
+                          *(f"    {p}" for p in self.pins)])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"dim": self.dim, "source": self.source, "value": self.value, "marked": self.marked,
+                "error": self.error, "pins": [{"guard": p.text, "sources": [s.as_dict() for s in p.sources],
+                                               "witness": p.witness} for p in self.pins]}
+
+
+@dataclass
+class Frame:
+    """One frame Dynamo compiled: its guards as Dynamo checks them and as guardsolve reduced them."""
+
+    name: str
+    compile_id: str
+    file: str
+    line: int
+    params: tuple[str, ...]
+    dynamo_guards: list[DynamoGuard]
+    guards: GuardSet
+    other_guards: list[str]  # Dynamo's guards that are not about sizes (type and id matches, ...)
+    specializations: list[Specialization] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)  # Dynamo's source -> guardsolve's dim
+    code: Any = field(default=None, repr=False)  # the frame's code object
+    inputs: dict[str, str] = field(default_factory=dict)  # each of `params` -> its source in the frame
+
+    def arguments(self, f_locals: Mapping[str, Any]) -> list[Any]:
+        """The values `guards.check` takes, read from the frame's locals (`L['args'][0]`, ...)."""
+        return [eval(self.inputs[p], {"L": f_locals}) for p in self.params]  # NOTE: Dynamo's own source text
+
+    def sources_of(self, node: int) -> tuple[GuardSource, ...]:
+        """The sources of one bailout of `guards.graph` (the Dynamo guard it translates)."""
+        i = self.guards.graph.nodes[node].meta.get("dynamo")
+        return self.dynamo_guards[i].sources if i is not None else ()
+
+    def as_dict(self) -> dict[str, Any]:
+        gs = self.guards
+        return {
+            "frame": self.name, "compile_id": self.compile_id, "file": self.file, "line": self.line,
+            "params": list(self.params), "dims": self.names,
+            "counts": {"dynamo": len(self.dynamo_guards), "minimal": len(gs)},
+            "dynamo_guards": [g.as_dict() for g in self.dynamo_guards],
+            "guards": [{"guard": c.text, "kind": c.kind, "dims": list(c.dims),
+                        "sources": self._sources(sorted(c.prov))} for c in gs],
+            "implied": self._sources(sorted(gs.implied - set(gs.tautologies))),
+            "always_true": self._sources(sorted(gs.tautologies)),
+            "static": [g.text for g in gs.static],
+            "other_guards": len(self.other_guards),
+            "minimal": gs.minimal,
+            "specializations": [s.as_dict() for s in self.specializations],
+        }
+
+    def _sources(self, nodes: Sequence[int]) -> list[dict[str, Any]]:
+        out = []
+        for i in nodes:
+            k = self.guards.graph.nodes[i].meta.get("dynamo")
+            dg = self.dynamo_guards[k] if k is not None else None
+            for s in (dg.sources if dg else ()):
+                out.append({"bailout": self.guards._describe(i), "dynamo": dg.code if dg else None, **s.as_dict()})
+        return out
+
+    def lines(self) -> list[str]:
+        gs = self.guards
+        out = [f"frame {self.compile_id} {self.name} ({self.file}:{self.line}): Dynamo checks "
+               f"{len(self.dynamo_guards)} size guard{'s' if len(self.dynamo_guards) != 1 else ''} -> "
+               f"{len(gs)} minimal{'' if gs.minimal else ' (not proved minimal: solver undecided)'}"]
+        if self.names:
+            out.append("  dims: " + ", ".join(f"{d} = {s}" for s, d in self.names.items()))
+        if not len(gs):
+            out.append("  (no size guards)")
+        for c in gs:
+            out.append(f"  {c.text}")
+            seen: set[str] = set()
+            for i in sorted(c.prov):
+                k = gs.graph.nodes[i].meta.get("dynamo")
+                if k is None:
+                    continue
+                dg = self.dynamo_guards[k]
+                text = f"      Dynamo: {dg.code}  <- {'; '.join(map(str, dg.sources))}"
+                if text not in seen:
+                    seen.add(text)
+                    out.append(text)
+        dropped = sorted(gs.implied | set(gs.tautologies))
+        if dropped:
+            out.append("  implied by the above (dropped):")
+            for i in dropped:
+                k = gs.graph.nodes[i].meta.get("dynamo")
+                if k is not None:
+                    dg = self.dynamo_guards[k]
+                    out.append(f"      {dg.code}  <- {'; '.join(map(str, dg.sources))}")
+        if gs.static:
+            out.append(f"  static (not sizes): {len(gs.static)}; Dynamo's other guards (types, ids, state): "
+                       f"{len(self.other_guards)}")
+            out += [f"      {g.text}" for g in gs.static]
+        for s in self.specializations:
+            out += ["  " + line for line in str(s).splitlines()]
+        return out
+
+
+def _inputs(code: Any, f_locals: Mapping[str, Any], outer: Sequence[Any] = (),
+            outer_names: Sequence[str] = ()) -> list[tuple[str, str, Any]]:
+    """The frame's inputs a check takes, as (name, Dynamo's source, value): its parameters (a
+    module's `self` aside), the elements of `*args` and the items of `**kwargs`. A frame whose
+    inputs are the call's own arguments (the outermost; `torch.compile` of a module may wrap it
+    in an `inner(*args, **kwargs)`) names them as the called function's signature does."""
+    n = code.co_argcount + code.co_kwonlyargcount
+    names = list(code.co_varnames[:n])
+    star = code.co_varnames[n] if code.co_flags & inspect.CO_VARARGS else None
+    stars = code.co_varnames[n + (star is not None)] if code.co_flags & inspect.CO_VARKEYWORDS else None
+    out: list[tuple[str, str, Any]] = []
+    for i, p in enumerate(names):
+        if p not in f_locals or (i == 0 and p == "self" and isinstance(f_locals[p], torch.nn.Module)):
+            continue
+        out.append((p, f"L['{p}']", f_locals[p]))
+    if star is not None and isinstance(f_locals.get(star), tuple):
+        out += [(f"{star}_{i}", f"L['{star}'][{i}]", v) for i, v in enumerate(f_locals[star])]
+    if stars is not None and isinstance(f_locals.get(stars), dict):
+        out += [(str(k), f"L['{stars}'][{k!r}]", v) for k, v in f_locals[stars].items()
+                if isinstance(k, str) and k.isidentifier()]
+    if outer and len(out) >= len(outer) and all(v is a for (_, _, v), a in zip(out, outer)):
+        # NOTE: parameters the call left at their defaults are not inputs: Dynamo's guards on them
+        # are checked against the defaults (bound values), as a call with the same arguments has them
+        out = [(outer_names[i] if i < len(outer_names) else name, src, v) for i, (name, src, v) in enumerate(out[:len(outer)])]
+    return out
+
+
+class _Namer:
+    """Sources as symbols, and symbols as guard-graph names (a frame argument's dim) or pinned
+    values (anything else Dynamo reads: evaluated once, pinned by a static guard)."""
+
+    def __init__(self, params: Sequence[str], dims: Mapping[str, str], f_locals: Mapping[str, Any],
+                 f_globals: Mapping[str, Any], closure: Mapping[str, Any]):
+        self.params, self.dims = set(params), dims
+        self.env = {**closure, "L": f_locals, "G": f_globals}
+        self.symbols: dict[str, sympy.Symbol] = {}
+        self.pinned: dict[str, int] = {}
+
+    def symbol(self, source: str) -> sympy.Symbol:
+        if source not in self.symbols:
+            self.symbols[source] = sympy.Symbol(f"_{len(self.symbols)}", integer=True)
+        return self.symbols[source]
+
+    def source(self, sym: sympy.Symbol) -> str:
+        return next(s for s, v in self.symbols.items() if v == sym)
+
+    def value(self, source: str) -> Any:
+        try:
+            return eval(source, dict(self.env))  # NOTE: Dynamo's own source text over L and G
+        except Exception as e:
+            raise CompileExplainError(f"cannot read {source} (a value Dynamo guards): {type(e).__name__}: {e}") from None
+
+
+def python_source(code: str, inputs: Mapping[str, str], bound: dict[str, Any], env: Mapping[str, Any]) -> str:
+    """Dynamo's guard code over the check's parameters: each input's source (`L['x']`,
+    `L['args'][0]`) as the input's name, anything else Dynamo reads as a name `bound` gives its
+    value (`G` the globals, `L['self']` the module, Dynamo's helpers).
+
+    >>> python_source("L['x'].stride()[0] == L['args'][0].size()[1]", {"L['x']": "x", "L['args'][0]": "y"}, {}, {})
+    'x.stride()[0] == y.size()[1]'
+    """
+
+    class Rewrite(ast.NodeTransformer):
+        def visit(self, node: ast.AST) -> ast.AST:
+            if isinstance(node, ast.expr) and not isinstance(node, ast.Name):
+                text = ast.unparse(node)
+                if text in inputs:
+                    return ast.Name(id=inputs[text], ctx=ast.Load())
+            return super().visit(node)
+
+        def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+            if isinstance(node.value, ast.Name) and node.value.id == "L" and isinstance(node.slice, ast.Constant):
+                name = f"_s_L_{node.slice.value}"
+                bound[name] = env["L"][node.slice.value]
+                return ast.Name(id=name, ctx=ast.Load())
+            return self.generic_visit(node)
+
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            if node.id == "G":
+                bound["_s_G"] = env["G"]
+                return ast.Name(id="_s_G", ctx=ast.Load())
+            if node.id in env and node.id != "L":
+                bound[node.id] = env[node.id]
+            return node
+
+    return ast.unparse(Rewrite().visit(ast.parse(code, mode="eval")))
+
+
+def _static_guard(text: str, code: str, inputs: Mapping[str, str], env: Mapping[str, Any]) -> StaticGuard:
+    """A guard checked as Dynamo checks it, over the check's parameters; printed with them too
+    (`x.stride()[0] == x.size()[1]`; what is not an input keeps Dynamo's `L[..]`/`G[..]`)."""
+    bound: dict[str, Any] = {}
+    src = python_source(code, inputs, bound, env)
+    shown = text
+    for source, name in sorted(inputs.items(), key=lambda kv: -len(kv[0])):
+        shown = shown.replace(source, name)
+    return StaticGuard(shown, src, src.split(" == ")[0] if " == " in src else src, tuple(bound.items()))
+
+
+def _loc(sources: Sequence[GuardSource], frame_code: Any) -> SourceLoc | None:
+    for s in sources:
+        if s.file is not None and s.line is not None:
+            full = frame_code.co_filename if short_path(frame_code.co_filename) == s.file else s.file
+            return SourceLoc(full, s.line, s.function or "", s.code or "")
+    return None
+
+
+def _origin(sources: Sequence[GuardSource]) -> str:
+    return "; ".join(map(str, sources))
+
+
+def explain_frame(c: dyn.Compiled, dynamic: bool | None, marked: Mapping[int, Sequence[int]] | None = None,
+                  timeout_ms: int = 2000, outer: Sequence[Any] = (), outer_names: Sequence[str] = ()) -> Frame:
+    """One compiled frame's guards, read from its cache entry and reduced (see the module doc).
+
+    `marked`: id of a tensor -> the dims the user marked dynamic; `outer`, `outer_names`: the
+    call's arguments and their names (the outermost frame takes them as its inputs)."""
+    if c.entry is None:
+        raise CompileExplainError(f"Dynamo installed no guards for frame {c.compile_id} ({c.name})")
+    gm = c.entry.guard_manager
+    closure = dict(getattr(gm, "closure_vars", None) or {})
+    leaves, shape = dyn.leaves(gm)
+    inputs = _inputs(c.code, c.f_locals, outer, outer_names)
+    params = [name for name, _, _ in inputs]
+    value = {name: v for name, _, v in inputs}
+    source_of = {name: src for name, src, _ in inputs}
+    symbolic = _symbolic_sources(c.shape_env) | set(_shape_sources(shape))
+    kinds: list[tuple[str, str, int]] = []
+    for name, src, v in inputs:
+        if isinstance(v, torch.Tensor):
+            kinds.append((name, "tensor", v.dim()))
+        elif isinstance(v, int) and not isinstance(v, bool) and src in symbolic:
+            kinds.append((name, "int", 0))
+    signature = dim_names(kinds)
+    by_name = {s.name: s for s in signature}
+    names: dict[str, str] = {}
+    for s in signature:
+        if s.kind == "int":
+            names[source_of[s.name]] = s.name
+        else:
+            names.update({f"{source_of[s.name]}.size()[{i}]": d for i, d in enumerate(s.dims)})
+    marked_sizes = {f"{source_of[s.name]}.size()[{d}]" for s in signature if s.kind == "tensor"
+                    for d in (marked or {}).get(id(value[s.name]), ())}
+    env = {**closure, "L": c.f_locals, "G": c.f_globals}
+    rewrite = {src: name for name, src, _ in inputs}
+    namer = _Namer(params, names, c.f_locals, c.f_globals, closure)
+
+    static: list[StaticGuard] = []
+    for s in signature:
+        if s.kind == "tensor":
+            static += tensor_guards(s.name, value[s.name])
+    for p in params:
+        if p not in by_name and is_static_value(value[p]):
+            static.append(value_guard(p, value[p]))
+    static += state_guards()
+
+    dynamo_guards: list[DynamoGuard] = []
+    other: list[str] = []
+    tensor_sources = {source_of[s.name] for s in signature if s.kind == "tensor"}
+    for leaf in leaves:
+        if leaf.kind != "TENSOR_MATCH":
+            other.append(leaf.code)
+            continue
+        sizes, strides = dyn.parse_tensor_match(leaf.code)
+        arg = leaf.source in tensor_sources
+        for i, v in enumerate(sizes):
+            if v is None:
+                continue
+            src = f"{leaf.source}.size()[{i}]"
+            if arg:
+                dynamo_guards.append(DynamoGuard(f"{src} == {v}", "static size",
+                                                 _static_sources(c, src, v, dynamic, src in marked_sizes), leaf.comment))
+            else:
+                static.append(_static_guard(f"{src} == {v}", f"{src} == {v}", rewrite, env))
+        for i, v in enumerate(strides):
+            if v is not None and arg:
+                static.append(_static_guard(f"{leaf.source}.stride()[{i}] == {v}", f"{leaf.source}.stride()[{i}] == {v}",
+                                            rewrite, env))
+    for leaf in shape:
+        try:
+            expr = parse_guard(leaf.code, namer.symbol)
+        except TranslationError:
+            expr = None
+        sources = sources_of(leaf.comment, leaf.code, c.code)
+        srcs = [namer.source(s) for s in expr.free_symbols] if expr is not None else []
+        if expr is None or any(s not in names and _reads_layout(s) for s in srcs) or not any(s in names for s in srcs):
+            # NOTE: strides, storage offsets, floats: not sizes; checked as Dynamo checks them
+            static.append(_static_guard(leaf.code, leaf.code, rewrite, env))
+            dynamo_guards.append(DynamoGuard(leaf.code, "stride" if expr is not None else "other", sources, leaf.comment, expr))
+            continue
+        dynamo_guards.append(DynamoGuard(leaf.code, "shape", sources, leaf.comment, expr))
+
+    graph = Graph(meta={"signature": signature})
+    example: dict[str, int] = {}
+    for s in signature:
+        vals = [int(value[s.name])] if s.kind == "int" else list(value[s.name].shape)
+        for d, v in zip(s.dims, vals):
+            graph.emit(Op.INT_ARG if s.kind == "int" else Op.INT_PLACEHOLDER, (), out=d, name=d)
+            example[d] = int(v)
+    graph.meta["example"] = example
+    nodes: dict[sympy.Symbol, str] = {}
+    for k, dg in enumerate(dynamo_guards):
+        if dg.kind == "static size":
+            src, v = dg.code.rsplit(" == ", 1)
+            cond = graph.emit(Op.INT_EQ, (names[src], graph.emit(Op.INT_CONST, (), val=int(v))))
+        elif dg.kind == "shape":
+            for sym in dg.expr.free_symbols:
+                if sym in nodes:
+                    continue
+                src = namer.source(sym)
+                if src in names:
+                    nodes[sym] = names[src]
+                else:
+                    v = namer.value(src)
+                    if not isinstance(v, int):
+                        raise CompileExplainError(f"Dynamo's guard {dg.code!r} reads {src} = {v!r}, not an int")
+                    nodes[sym] = graph.emit(Op.INT_CONST, (), val=int(v))
+                    static.append(_static_guard(f"{src} == {v}", f"{src} == {v}", rewrite, env))
+            try:
+                cond = emit_bool(graph, dg.expr, nodes)
+            except TranslationError as e:
+                raise TranslationError(f"frame {c.compile_id} ({c.name}): Dynamo's guard {dg.code!r}: {e}") from None
+        else:
+            continue
+        graph.emit(Op.BOOL_BAILOUT, (cond,), expect=True,
+                   meta={"loc": _loc(dg.sources, c.code), "dynamo": k, "origin": _origin(dg.sources)})
+    gs = simplify(graph, explore=False, timeout_ms=timeout_ms, jobs=1)
+    gs = gs.with_static(_dedup(static), params)
+    frame = Frame(c.name, c.compile_id, short_path(c.code.co_filename), c.code.co_firstlineno, tuple(params),
+                  dynamo_guards, gs, other, names=names, code=c.code, inputs=dict(source_of))
+    frame.specializations = _specializations(c, frame, marked_sizes)
+    return frame
+
+
+def _dedup(static: list[StaticGuard]) -> list[StaticGuard]:
+    seen: set[str] = set()
+    out = []
+    for g in static:
+        if g.text not in seen:
+            seen.add(g.text)
+            out.append(g)
+    return out
+
+
+def _reads_layout(source: str) -> bool:
+    return ".stride()" in source or ".storage_offset()" in source
+
+
+def _shape_sources(shape: Sequence[dyn.Leaf]) -> Iterator[str]:
+    for leaf in shape:
+        yield from re.findall(r"L\['\w+'\](?:\.size\(\)\[\d+\])?", leaf.code)
+
+
+def _symbolic_sources(shape_env: Any) -> set[str]:
+    if shape_env is None:
+        return set()
+    return set(getattr(shape_env, "source_to_var", {}) or {})
+
+
+def _symbol_of(shape_env: Any, source: str) -> Any:
+    return (getattr(shape_env, "source_to_var", None) or {}).get(source) if shape_env is not None else None
+
+
+def _static_sources(c: dyn.Compiled, src: str, value: int, dynamic: bool | None, marked: bool) -> tuple[GuardSource, ...]:
+    """Why a TENSOR_MATCH size is static: pinned by user code (Dynamo made a symbol, then a
+    replacement), 0/1 specialization, or static by default."""
+    sym = _symbol_of(c.shape_env, src)
+    if sym is not None:
+        sloc = (getattr(c.shape_env, "replacements_slocs", {}) or {}).get(sym)
+        found = user_lines(_sloc_text(sloc), c.code) if sloc is not None else []
+        return tuple(found) or (GuardSource("specialized", detail=f"Dynamo pinned {src} to {value}"),)
+    if value in (0, 1):
+        return (GuardSource("0/1 specialization", detail=f"the example has {src} = {value}; "
+                            "Dynamo gives sizes 0 and 1 no symbol"),)
+    if marked:
+        return (GuardSource("specialized", detail=f"marked dynamic, but Dynamo pinned {src} to {value}"),)
+    return (GuardSource("static by default", detail="torch.compile makes a size dynamic only after it changes"
+                        if dynamic is None else "dynamic=False" if dynamic is False else
+                        "Dynamo kept this size static"),)
+
+
+def _sloc_text(sloc: Any) -> str:
+    """An `SLoc` as Dynamo prints it in a verbose comment (`user code  # file:line in fn (...)`)."""
+    return str(sloc)
+
+
+def _specializations(c: dyn.Compiled, frame: Frame, marked: set[str]) -> list[Specialization]:
+    """Each input dim Dynamo made a symbol for and then pinned, with every guard on that
+    symbol (each rejects a witness value of the dim, the other dims as the call)."""
+    env = c.shape_env
+    if env is None:
+        return []
+    out: list[Specialization] = []
+    static = {dg.code.rsplit(" == ", 1)[0]: int(dg.code.rsplit(" == ", 1)[1])
+              for dg in frame.dynamo_guards if dg.kind == "static size"}
+    example = frame.guards.graph.meta.get("example", {})
+    sym_to_dim = {sym: frame.names[src] for src, sym in (getattr(env, "source_to_var", {}) or {}).items()
+                  if src in frame.names}
+    for src, value in static.items():
+        sym = _symbol_of(env, src)
+        if sym is None:
+            continue
+        dim = frame.names[src]
+        is_marked = src in marked
+        pins = []
+        for g in env.guards:
+            if sym not in g.expr.free_symbols:
+                continue
+            text = PythonPrinter().doprint(g.expr.xreplace({s: sympy.Symbol(d) for s, d in sym_to_dim.items()}))
+            pins.append(Pin(text, tuple(user_lines(_sloc_text(g.sloc), c.code)) or sources_of(_sloc_text(g.sloc), text, c.code),
+                            _witness(g.expr, sym, dim, sym_to_dim, example)))
+        out.append(Specialization(dim, src, value, is_marked, tuple(pins), c.error))
+    return out
+
+
+def _witness(expr: Any, sym: Any, dim: str, sym_to_dim: Mapping[Any, str], example: Mapping[str, int],
+             span: int = 64) -> dict[str, int] | None:
+    """A value of `dim` that `expr` rejects, the other dims at the call's values (searched
+    outward from the example value; None when it accepts every value up to `span` away)."""
+    others = {s: example[d] for s, d in sym_to_dim.items() if s != sym and d in example}
+    start = example.get(dim, 2)
+    for delta in range(1, span):
+        for v in (start - delta, start + delta):
+            if v < 0:
+                continue
+            try:
+                ok = expr.xreplace({**others, sym: sympy.Integer(v)})
+            except Exception:
+                return None
+            if ok in (sympy.false, False):
+                return {dim: v}
+    return None
+
+
+# -- the report -----------------------------------------------------------------------------
+
+
+@dataclass
+class CompileReport:
+    """Every frame Dynamo compiled for one call, outermost first (see the module doc)."""
+
+    target: str
+    frames: list[Frame]
+    compiled: Callable[..., Any]  # the compiled callable these guards are Dynamo's for
+    result: Any
+    compile_seconds: float
+    explain_seconds: float
+    error: str | None = None  # Dynamo's own error on the first try (a violated mark_dynamic, say)
+
+    @property
+    def guards(self) -> GuardSet:
+        """The outermost frame's minimal guards."""
+        return self.frames[0].guards
+
+    @property
+    def dynamo_guards(self) -> list[DynamoGuard]:
+        """The outermost frame's size guards, as Dynamo checks them."""
+        return self.frames[0].dynamo_guards
+
+    @property
+    def specializations(self) -> list[Specialization]:
+        return [s for f in self.frames for s in f.specializations]
+
+    def frame(self, name: str) -> Frame:
+        """The frame compiled from the code object named `name` (the newest, if several)."""
+        for f in reversed(self.frames):
+            if f.name == name:
+                return f
+        raise KeyError(f"no frame {name!r} (frames: {', '.join(f.name for f in self.frames)})")
+
+    def frame_of(self, name: str, f_locals: Any = None) -> Frame:
+        """The frame of the code named `name` (the oracle's lookup; `f_locals` unused for now:
+        one call compiles each code once)."""
+        return self.frame(name)
+
+    def counts(self) -> dict[str, int]:
+        return {"frames": len(self.frames), "dynamo_guards": sum(len(f.dynamo_guards) for f in self.frames),
+                "minimal_guards": sum(len(f.guards) for f in self.frames)}
+
+    def __str__(self) -> str:
+        n = self.counts()
+        lines = [f"target: {self.target} (torch.compile)",
+                 f"frames: {n['frames']}; Dynamo's size guards: {n['dynamo_guards']} -> {n['minimal_guards']} minimal; "
+                 f"compiled in {self.compile_seconds:.2f} s, explained in {self.explain_seconds:.2f} s"]
+        if self.error:
+            lines.append(f"Dynamo refused the first compile: {self.error.splitlines()[0]}")
+        for f in self.frames:
+            lines += ["", *f.lines()]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        outer = self.frames[0].as_dict()
+        return {"version": JSON_VERSION, "target": self.target, "via": "torch.compile", **self.counts(),
+                "compile_seconds": round(self.compile_seconds, 6), "explain_seconds": round(self.explain_seconds, 6),
+                "error": self.error, "guards": outer["guards"], "dynamo_guards": outer["dynamo_guards"],
+                "static": outer["static"], "minimal": outer["minimal"], "frames": [f.as_dict() for f in self.frames]}
+
+    def json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2)
+
+
+def _marks(args: Sequence[Any]) -> dict[int, tuple[int, ...]]:
+    """id of each argument tensor -> the dims `mark_dynamic` marked."""
+    return {id(a): tuple(sorted(a._dynamo_dynamic_indices)) for a in args
+            if isinstance(a, torch.Tensor) and getattr(a, "_dynamo_dynamic_indices", None)}
+
+
+@contextlib.contextmanager
+def _weakened(args: Sequence[Any]) -> Iterator[None]:
+    """mark_dynamic turned into maybe_mark_dynamic for one compile (so a specialization compiles
+    and can be explained), restored after."""
+    saved = []
+    for a in args:
+        if isinstance(a, torch.Tensor) and getattr(a, "_dynamo_dynamic_indices", None):
+            saved.append((a, set(a._dynamo_dynamic_indices)))
+            weak = getattr(a, "_dynamo_weak_dynamic_indices", set())
+            a._dynamo_weak_dynamic_indices = weak | a._dynamo_dynamic_indices
+            del a._dynamo_dynamic_indices
+    try:
+        yield
+    finally:
+        for a, dims in saved:
+            a._dynamo_dynamic_indices = dims
+            del a._dynamo_weak_dynamic_indices
+
+
+@contextlib.contextmanager
+def _quiet_dynamo() -> Iterator[None]:
+    """Dynamo logs a failed compile at ERROR on top of raising it; we report it ourselves."""
+    logger = logging.getLogger("torch._guards")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _signature_names(fn: Any, n: int) -> list[str]:
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    try:
+        params = [p for p in inspect.signature(target).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return [f"arg{i}" for i in range(n)]
+    return [p.name for p in params[:n]]
+
+
+def _name(fn: Any) -> str:
+    return type(fn).__name__ if isinstance(fn, torch.nn.Module) else getattr(fn, "__qualname__", repr(fn))
+
+
+def explain_compile(fn: Callable[..., Any], *args: Any, dynamic: bool | None = None, backend: Any = "eager",
+                    timeout_ms: int = 2000, **compile_kwargs: Any) -> CompileReport:
+    """Compile `fn` with `torch.compile`, call it once on `args`, and explain every frame Dynamo
+    compiled: its guards as Dynamo checks them, minimal and proven equivalent, with sources.
+
+    The compile tracks its recompiles apart from other `torch.compile` calls of the same code
+    (`isolate_recompiles`); `report.compiled` is the compiled callable, for checking more inputs.
+    A `mark_dynamic` that Dynamo cannot keep is explained (`report.specializations`) from a
+    second compile with the marks weakened to `maybe_mark_dynamic`.
+    """
+    require = dyn.require()
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    marked = _marks(args)
+    error: str | None = None
+    cap = dyn.Capture()
+    compiled = torch.compile(fn, backend=cap.backend(backend), dynamic=dynamic, isolate_recompiles=True,
+                             **compile_kwargs)
+    t0 = time.perf_counter()
+    try:
+        with _quiet_dynamo():
+            result = compiled(*args)
+    except ConstraintViolationError as e:
+        error = str(e)
+        cap = dyn.Capture()
+        compiled = torch.compile(fn, backend=cap.backend(backend), dynamic=dynamic, isolate_recompiles=True,
+                                 **compile_kwargs)
+        with _weakened(args):
+            try:
+                result = compiled(*args)
+            except Exception as e2:
+                raise CompileExplainError(f"torch.compile failed on {_name(fn)}: {type(e2).__name__}: "
+                                          f"{str(e2).splitlines()[0] if str(e2) else ''}") from e2
+    except GuardsolveError:
+        raise
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise CompileExplainError(f"torch.compile failed on {_name(fn)}: {type(e).__name__}: {first}") from e
+    compile_seconds = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    del require
+    frames = []
+    for c in cap.installed():
+        if error is not None:
+            c.error = error
+        frames.append(explain_frame(c, dynamic, marked, timeout_ms, args, _signature_names(fn, len(args))))
+    if not frames:
+        raise CompileExplainError(
+            f"Dynamo compiled no frame of {_name(fn)} on this call: its code already has compiled entries from "
+            "another torch.compile (call torch._dynamo.reset() first), or it has no tensor work to compile")
+    return CompileReport(_name(fn), frames, compiled, result, compile_seconds, time.perf_counter() - t1, error)
