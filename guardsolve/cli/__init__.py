@@ -7,6 +7,7 @@ a saved trace in the printed IR (`add.gs` holds `i6 = int_eq(i0, i1)`, `bool_bai
 ...), or a check's exit status:
 
     guardsolve report examples/notebook.py:add --shape a=4 --shape b=4 [--format json] [--dynamic a0]
+    guardsolve report examples/mlp.py:MLP --shape x=32,64 --via torch.compile   # Dynamo's own guards
     guardsolve trace examples/notebook.py:add --shape a=4 --shape b=4 -o add.gs
     guardsolve check add.gs --shape a=4 --shape b=8         # exit 0: guards hold, 1: they fail
     guardsolve check examples/notebook.py:add --shape a=4 --shape b=4 --dims a0=5,b0=5
@@ -71,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--verify", action="store_true", help="prove equivalence and irredundancy with z3")
     r.add_argument("--dynamic", action="append", default=[], metavar="DIM",
                    help="a dim that should stay free: report the guards that constrain it, with fixes")
+    r.add_argument("--via", choices=["guardsolve", "torch.compile"], default="guardsolve",
+                   help="whose guards: guardsolve's own trace (default), or torch.compile's (Dynamo's guards on "
+                        "one call, minimal and explained; --dynamic DIM then marks DIM with mark_dynamic, and "
+                        "without --dynamic every dim is dynamic, as dynamic=True)")
     r.add_argument("--export-check", action="store_true",
                    help="with --dynamic: export with the spec in torch.export itself, apply the pins it adds "
                         "beyond the guards, and print the spec it accepts")
@@ -136,6 +141,8 @@ def _report(args: argparse.Namespace) -> int:
     from guardsolve.cli.targets import render_dot, write_output
     from guardsolve.solve.simplify import simplify
 
+    if args.via == "torch.compile":
+        return _report_compile(args)
     loaded = _load(args)
     t0 = time.perf_counter()
     gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms, jobs=args.jobs,
@@ -157,6 +164,18 @@ def _report(args: argparse.Namespace) -> int:
     else:
         text = {"text": text_report, "json": json_report, "python": python_report}[args.format](gs, info)
     write_output(text, args.output)
+    return 0
+
+
+def _report_compile(args: argparse.Namespace) -> int:
+    """`report --via torch.compile`: Dynamo's guards on one call, minimal and explained."""
+    from guardsolve.cli.compile import compile_report
+    from guardsolve.cli.targets import TargetError, write_output
+
+    if args.format == "dot" or args.export_check or args.no_explore:
+        flag = "--format dot" if args.format == "dot" else "--export-check" if args.export_check else "--no-explore"
+        raise TargetError(f"{flag} does not apply to --via torch.compile (its guards are Dynamo's, not a trace's)")
+    write_output(compile_report(args), args.output)
     return 0
 
 

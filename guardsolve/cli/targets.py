@@ -215,6 +215,23 @@ def load(target: str, shapes: Sequence[str] = (), ints: Sequence[str] = (),
     """The graph of a target: read from a file, or traced on random inputs."""
     if ":" not in target or (os.path.exists(target) and not target.endswith(".py")):
         return _read_graph(target)
+    fn, names, args = load_args(target, shapes, ints, dtype)
+    try:
+        t = trace(fn, *args, value_guards=value_guards)
+    except GuardsolveError:
+        raise
+    except Exception as e:
+        raise TargetError(f"{target} raised while tracing: {type(e).__name__}: {e} ({_user_frame(e)})") from e
+    return Loaded(t.graph, target, describe_args(names, args), trace=t)
+
+
+def describe_args(names: Sequence[str], args: Sequence[Any]) -> str:
+    return ", ".join(f"{n}={list(v.shape)}" if isinstance(v, torch.Tensor) else f"{n}={v}" for n, v in zip(names, args))
+
+
+def load_args(target: str, shapes: Sequence[str] = (), ints: Sequence[str] = (),
+              dtype: str = "float32") -> tuple[Callable[..., Any], list[str], list[Any]]:
+    """A function target, its parameters' names and example arguments (random tensors)."""
     dt = getattr(torch, dtype, None)
     if not isinstance(dt, torch.dtype):
         raise TargetError(f"unknown --dtype {dtype!r}")
@@ -231,16 +248,7 @@ def load(target: str, shapes: Sequence[str] = (), ints: Sequence[str] = (),
     if missing:
         raise TargetError(f"no example input for parameter {missing[0]!r} of {target}: "
                           f"give --shape {missing[0]}=D0,D1,... or --int {missing[0]}=V")
-    args = [given[n] for n in names]
-    try:
-        t = trace(fn, *args, value_guards=value_guards)
-    except GuardsolveError:
-        raise
-    except Exception as e:
-        raise TargetError(f"{target} raised while tracing: {type(e).__name__}: {e} ({_user_frame(e)})") from e
-    described = ", ".join(f"{n}={list(v.shape)}" if isinstance(v, torch.Tensor) else f"{n}={v}"
-                          for n, v in zip(names, args))
-    return Loaded(t.graph, target, described, trace=t)
+    return fn, names, [given[n] for n in names]
 
 
 def _user_frame(e: BaseException) -> str:

@@ -64,6 +64,7 @@ FIXES = {
     "automatic dynamic": "none needed: it keeps inputs of the earlier static graph on that graph",
     "specialized": "see the specializations: the guards that pin this dim",
     "shape rule": "none: PyTorch's shape rule for the op asks it",
+    "NaN specialization": "none needed: a NaN value would compile a graph of its own",
 }
 
 
@@ -98,13 +99,15 @@ class GuardSource:
         return d
 
 
-_LOC = re.compile(r"(?:^|\) and )(?P<code>[^#]*?)\s+# (?P<file>\S+?):(?P<line>\d+) in (?P<fn>[\w<>.]+)")
+_LOC = re.compile(r"(?:^|\) and )(?P<code>.*?)\s+# (?P<file>[^\s:#]+):(?P<line>\d+) in (?P<fn>[\w<>.]+)")
 _FRAMEWORK = re.compile(r"^(?P<file>\S+?):(?P<line>\d+) in (?P<fn>[\w<>.]+)")
 
 
 def _file(printed: str, code: Any) -> str:
     """Dynamo prints a shortened path; the frame's own file when it is that one."""
     full = getattr(code, "co_filename", "")
+    if not full:
+        return printed
     return short_path(full) if full.endswith(printed.lstrip(".")) or printed.endswith(short_path(full)) else printed
 
 
@@ -132,6 +135,8 @@ def sources_of(comment: str, code: str, frame_code: Any = None) -> tuple[GuardSo
         first = lines[0] if lines else GuardSource()
         return (GuardSource("0/1 specialization", first.file, first.line, first.function, first.code,
                             "a dynamic size is assumed >= 2"),)
+    if "NaN specialization" in comment:
+        return (GuardSource("NaN specialization", detail="a float Dynamo reads is assumed not to be NaN"),)
     if "exclusion guard for automatic dynamic" in comment:
         return (GuardSource("automatic dynamic", detail="inputs of the earlier static graph stay on it"),)
     if "unknown source" in comment and (".stride()" in code or "storage_offset" in code):
@@ -260,9 +265,12 @@ class Frame:
 
     def lines(self) -> list[str]:
         gs = self.guards
+        sizes = sum(g.kind in ("shape", "static size") for g in self.dynamo_guards)
         out = [f"frame {self.compile_id} {self.name} ({self.file}:{self.line}): Dynamo checks "
-               f"{len(self.dynamo_guards)} size guard{'s' if len(self.dynamo_guards) != 1 else ''} -> "
-               f"{len(gs)} minimal{'' if gs.minimal else ' (not proved minimal: solver undecided)'}"]
+               f"{len(self.dynamo_guards)} shape guards ({sizes} over input sizes, "
+               f"{len(self.dynamo_guards) - sizes} on strides and other values) -> "
+               f"{len(gs)} minimal size guard{'s' if len(gs) != 1 else ''}"
+               f"{'' if gs.minimal else ' (not proved minimal: solver undecided)'}"]
         if self.names:
             out.append("  dims: " + ", ".join(f"{d} = {s}" for s, d in self.names.items()))
         if not len(gs):
@@ -296,6 +304,14 @@ class Frame:
         return out
 
 
+def _forward_names(module: torch.nn.Module) -> list[str]:
+    try:
+        return [p.name for p in inspect.signature(module.forward).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return []
+
+
 def _inputs(code: Any, f_locals: Mapping[str, Any], outer: Sequence[Any] = (),
             outer_names: Sequence[str] = ()) -> list[tuple[str, str, Any]]:
     """The frame's inputs a check takes, as (name, Dynamo's source, value): its parameters (a
@@ -316,6 +332,11 @@ def _inputs(code: Any, f_locals: Mapping[str, Any], outer: Sequence[Any] = (),
     if stars is not None and isinstance(f_locals.get(stars), dict):
         out += [(str(k), f"L['{stars}'][{k!r}]", v) for k, v in f_locals[stars].items()
                 if isinstance(k, str) and k.isidentifier()]
+    owner = f_locals.get("self") if names and names[0] == "self" else f_locals.get("fn")
+    if not outer and star is not None and isinstance(owner, torch.nn.Module) and isinstance(f_locals.get(star), tuple):
+        # NOTE: a wrapper around a module's forward (torch.compile's `inner(*args)`, a library's
+        # decorator `wrapper(self, *args, **kwargs)`): its *args are the forward's arguments
+        outer, outer_names = f_locals[star], _forward_names(owner)
     if outer and len(out) >= len(outer) and all(v is a for (_, _, v), a in zip(out, outer)):
         # NOTE: parameters the call left at their defaults are not inputs: Dynamo's guards on them
         # are checked against the defaults (bound values), as a call with the same arguments has them
@@ -408,8 +429,12 @@ def _origin(sources: Sequence[GuardSource]) -> str:
 
 
 def explain_frame(c: dyn.Compiled, dynamic: bool | None, marked: Mapping[int, Sequence[int]] | None = None,
-                  timeout_ms: int = 2000, outer: Sequence[Any] = (), outer_names: Sequence[str] = ()) -> Frame:
+                  timeout_ms: int = 2000, outer: Sequence[Any] = (), outer_names: Sequence[str] = (),
+                  example: bool = True) -> Frame:
     """One compiled frame's guards, read from its cache entry and reduced (see the module doc).
+
+    `example`: the frame's locals are those it was compiled for (every guard holds there, so
+    simplify starts from them); False for another call's locals.
 
     `marked`: id of a tensor -> the dims the user marked dynamic; `outer`, `outer_names`: the
     call's arguments and their names (the outermost frame takes them as its inputs)."""
@@ -482,20 +507,22 @@ def explain_frame(c: dyn.Compiled, dynamic: bool | None, marked: Mapping[int, Se
         sources = sources_of(leaf.comment, leaf.code, c.code)
         srcs = [namer.source(s) for s in expr.free_symbols] if expr is not None else []
         if expr is None or any(s not in names and _reads_layout(s) for s in srcs) or not any(s in names for s in srcs):
-            # NOTE: strides, storage offsets, floats: not sizes; checked as Dynamo checks them
+            # NOTE: strides, storage offsets, floats, identities: not sizes; checked as Dynamo checks them
             static.append(_static_guard(leaf.code, leaf.code, rewrite, env))
-            dynamo_guards.append(DynamoGuard(leaf.code, "stride" if expr is not None else "other", sources, leaf.comment, expr))
+            kind = "stride" if any(_reads_layout(s) for s in srcs) or _reads_layout(leaf.code) else "other"
+            dynamo_guards.append(DynamoGuard(leaf.code, kind, sources, leaf.comment, expr))
             continue
         dynamo_guards.append(DynamoGuard(leaf.code, "shape", sources, leaf.comment, expr))
 
     graph = Graph(meta={"signature": signature})
-    example: dict[str, int] = {}
+    values: dict[str, int] = {}
     for s in signature:
         vals = [int(value[s.name])] if s.kind == "int" else list(value[s.name].shape)
         for d, v in zip(s.dims, vals):
             graph.emit(Op.INT_ARG if s.kind == "int" else Op.INT_PLACEHOLDER, (), out=d, name=d)
-            example[d] = int(v)
-    graph.meta["example"] = example
+            values[d] = int(v)
+    if example:
+        graph.meta["example"] = values
     nodes: dict[sympy.Symbol, str] = {}
     for k, dg in enumerate(dynamo_guards):
         if dg.kind == "static size":
@@ -678,7 +705,7 @@ class CompileReport:
     def __str__(self) -> str:
         n = self.counts()
         lines = [f"target: {self.target} (torch.compile)",
-                 f"frames: {n['frames']}; Dynamo's size guards: {n['dynamo_guards']} -> {n['minimal_guards']} minimal; "
+                 f"frames: {n['frames']}; Dynamo's shape guards: {n['dynamo_guards']} -> {n['minimal_guards']} minimal; "
                  f"compiled in {self.compile_seconds:.2f} s, explained in {self.explain_seconds:.2f} s"]
         if self.error:
             lines.append(f"Dynamo refused the first compile: {self.error.splitlines()[0]}")
@@ -688,7 +715,7 @@ class CompileReport:
 
     def as_dict(self) -> dict[str, Any]:
         outer = self.frames[0].as_dict()
-        return {"version": JSON_VERSION, "target": self.target, "via": "torch.compile", **self.counts(),
+        return {"version": JSON_VERSION, "target": self.target, "via": "torch.compile", "counts": self.counts(),
                 "compile_seconds": round(self.compile_seconds, 6), "explain_seconds": round(self.explain_seconds, 6),
                 "error": self.error, "guards": outer["guards"], "dynamo_guards": outer["dynamo_guards"],
                 "static": outer["static"], "minimal": outer["minimal"], "frames": [f.as_dict() for f in self.frames]}

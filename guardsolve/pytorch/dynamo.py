@@ -96,6 +96,12 @@ def leaves(guard_manager: Any) -> tuple[list[Leaf], list[Leaf]]:
     return out, shape
 
 
+def snapshot(f_locals: Any) -> dict[str, Any]:
+    """A frame's locals as they are now: containers copied one level (the frame may pop from its
+    `**kwargs` as it runs, after Dynamo compiled it for those values)."""
+    return {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v) for k, v in f_locals.items()}
+
+
 @dataclass
 class Compiled:
     """One frame Dynamo compiled, as its backend saw it."""
@@ -131,7 +137,7 @@ class Capture:
             tx = InstructionTranslator.current_tx()
             tc = TracingContext.try_get()
             mode = getattr(tc, "fake_mode", None)
-            self.frames.append(Compiled(tx.f_code, str(CompileContext.current_compile_id()), dict(tx.f_locals),
+            self.frames.append(Compiled(tx.f_code, str(CompileContext.current_compile_id()), snapshot(tx.f_locals),
                                         tx.f_globals, getattr(mode, "shape_env", None)))
             return compile_fn(gm, example_inputs)
 

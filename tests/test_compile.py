@@ -1,0 +1,380 @@
+"""torch.compile's own guards (`guardsolve.pytorch`): the sympy translation, `explain_compile`
+against Dynamo itself as the oracle, specializations explained, and `watch_recompiles`.
+
+The oracle: each eager-valid perturbed input (dims to 0, 1, 2, +-1, x2; classes of equal dims
+moved together and apart) runs through the compiled function under
+`torch.compiler.set_stance("fail_on_recompile")`; every frame Dynamo entered must be accepted
+by the report's guards exactly when Dynamo ran it without recompiling.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+import pytest
+import sympy
+import torch
+import z3
+
+import guardsolve
+from guardsolve.errors import GuardFailure, InterpretError
+from guardsolve.ir.concrete import run_concrete
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.ops import Op
+from guardsolve.pytorch.compile import explain_compile
+from guardsolve.pytorch.oracle import agrees, dynamo_calls
+from guardsolve.pytorch.recompiles import watch_recompiles
+from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
+from guardsolve.solve.smt import graph_to_z3, z3_vars
+from guardsolve.testing import size_variants
+from torch.utils._sympy import functions as F
+from torch.utils._sympy.printers import PythonPrinter
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent.parent))
+
+X, Y, Z = sympy.symbols("x y z", integer=True)
+
+# Every construct the translation takes, each a condition over x, y, z
+CONSTRUCTS = {
+    "FloorDiv": sympy.Eq(F.FloorDiv(X + 3, Y + 1), Z),
+    "Mod": sympy.Eq(F.Mod(X, 3), 1),
+    "PythonMod": sympy.Ne(F.PythonMod(X - Y, 4), 0),
+    "sympy.Mod": sympy.Eq(sympy.Mod(X + Z, 5), 2),
+    "CeilToInt(IntTrueDiv)": sympy.Le(F.CeilToInt(F.IntTrueDiv(X, 4)), Y),
+    "FloorToInt(IntTrueDiv)": sympy.Ge(F.FloorToInt(F.IntTrueDiv(X + 1, 3)), Z),
+    "ceiling(rational)": sympy.Lt(sympy.ceiling(X / 2), Y),
+    "Max": sympy.Le(F.Max(X, Y, 3), Z + 4),
+    "Min": sympy.Gt(F.Min(X, Y + 1), 2),
+    "Max in a product": sympy.Eq(F.Max(1, X) * Y, Z * 2),
+    "Abs": sympy.Le(sympy.Abs(X - Y), 2),
+    "Where": sympy.Ge(F.Where(sympy.Gt(X, Y), X, Y), 3),
+    "ModularIndexing": sympy.Eq(F.ModularIndexing(X, 2, 4), 1),
+    "CleanDiv": sympy.Le(F.CleanDiv(X * 4, 2), Y * 3),
+    "LShift/RShift": sympy.Eq(F.LShift(X, 2), F.RShift(Y, 1) + Z),
+    "PowByNatural": sympy.Le(F.PowByNatural(X, 2), Y * Z + 1),
+    "Pow": sympy.Ne(X ** 3 - Y, 0),
+    "Eq/Ne/Lt/Le/Gt/Ge": sympy.And(sympy.Eq(X, X), sympy.Ne(X, Y + 1), sympy.Lt(X, 40), sympy.Le(Y, 40),
+                                   sympy.Gt(Z + 1, 0), sympy.Ge(Z, 0)),
+    "sums and products": sympy.Eq(2 * X * Y + 3 * Z - 7, X * Y + Z),
+    "Or/Not": sympy.Or(sympy.Not(sympy.Eq(X, 2)), sympy.Lt(Y, Z)),
+}
+
+
+def _translated(expr: object) -> Graph:
+    g = Graph()
+    names = {s: g.emit(Op.INT_ARG, (), name=str(s)) for s in (X, Y, Z)}
+    g.emit(Op.BOOL_BAILOUT, (emit_bool(g, expr, names),), expect=True)
+    return g
+
+
+def _holds(g: Graph, point: dict[str, int]) -> bool:
+    try:
+        run_concrete(g, point)
+        return True
+    except GuardFailure:
+        return False
+    except InterpretError as e:
+        assert "ZeroDivisionError" in str(e)
+        return False  # NOTE: a zero divisor: Python raises, so the guard rejects
+
+
+@pytest.mark.parametrize("name", list(CONSTRUCTS))
+def test_translation_agrees_with_sympy_on_random_values(name: str) -> None:
+    """Each construct: sympy's own evaluation == the guard graph's == z3's, at random values
+    (negative ones too: Python's floor division and modulo)."""
+    expr = CONSTRUCTS[name]
+    g = _translated(expr)
+    ctx = z3.Context()
+    var = z3_vars(ctx)
+    accept = graph_to_z3(g, var)
+    rng = random.Random(name)
+    low = 0 if name == "Mod" else -9  # NOTE: torch's Mod is defined for non-negative arguments only
+    for _ in range(60):
+        point = {"x": rng.randint(low, 20), "y": rng.randint(low, 20), "z": rng.randint(low, 20)}
+        try:
+            want = bool(expr.xreplace({X: sympy.Integer(point["x"]), Y: sympy.Integer(point["y"]),
+                                       Z: sympy.Integer(point["z"])}))
+        except ZeroDivisionError:
+            want = False  # NOTE: Python raises, so Dynamo's guard rejects
+        assert _holds(g, point) == want, (name, point)
+        s = z3.Solver(ctx=ctx)
+        s.add(accept, *(var(k) == v for k, v in point.items()))
+        assert (s.check() == z3.sat) == want, (name, point)
+
+
+@pytest.mark.parametrize("name", ["FloorDiv", "PythonMod", "CeilToInt(IntTrueDiv)", "Max", "Min", "Abs",
+                                  "Eq/Ne/Lt/Le/Gt/Ge", "Or/Not", "sums and products"])
+def test_printed_code_parses_back_to_the_same_condition(name: str) -> None:
+    """Dynamo checks the Python code torch's printer makes of a guard; `parse_guard` reads it back
+    (one symbol per source), and the translation agrees with Python's own `eval` of that code."""
+    expr = CONSTRUCTS[name]
+    code = PythonPrinter().doprint(expr)
+    symbols: dict[str, sympy.Symbol] = {}
+    import re
+    parsed = parse_guard(re.sub(r"\b([xyz])\b", r"L['\1']", code),
+                         lambda src: symbols.setdefault(src, sympy.Symbol(src[3], integer=True)))
+    g = _translated(parsed.xreplace({s: {"x": X, "y": Y, "z": Z}[s.name] for s in parsed.free_symbols}))
+    rng = random.Random(name)
+    import math
+    for _ in range(40):
+        point = {"x": rng.randint(0, 20), "y": rng.randint(0, 20), "z": rng.randint(0, 20)}
+        try:
+            want = bool(eval(code, {"math": math, **point}))
+        except ZeroDivisionError:
+            want = False
+        assert _holds(g, point) == want, (name, code, point)
+
+
+def test_a_construct_without_integer_meaning_is_named() -> None:
+    g = Graph()
+    names = {X: g.emit(Op.INT_ARG, (), name="x")}
+    with pytest.raises(TranslationError, match="OpaqueUnaryFn_sqrt"):
+        emit_bool(g, sympy.Lt(F.OpaqueUnaryFn_sqrt(X), 3), names)
+    with pytest.raises(TranslationError, match="true division"):
+        emit_bool(g, sympy.Lt(X / 2, 3), names)
+    with pytest.raises(TranslationError, match="cannot translate .math.isnan"):
+        parse_guard("not math.isnan(L['f'])", sympy.Symbol)
+
+
+# -- explain_compile against Dynamo ----------------------------------------------------------
+
+W = torch.randn(8, 4)
+
+
+def view_mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (x + y).view(x.shape[0], -1) @ W
+
+
+def branches(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    if x.shape[0] > 5:
+        x = x * 2
+    if x.shape[0] > 10:
+        x = x + 1
+    if x.shape[0] < y.shape[0]:
+        return x.sum() + y.sum()
+    return x.sum()
+
+
+def graph_break(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    z = x * 2
+    torch._dynamo.graph_break()
+    if z.shape[0] > 3:
+        return z + y.sum()
+    return z - 1
+
+
+def _cases() -> dict[str, tuple]:
+    from examples.attention import AttentionBlock
+    from examples.cat_reshape import merge_pairs
+    from examples.cnn import SmallCNN
+    from examples.mlp import MLP
+
+    torch.manual_seed(0)
+    return {
+        "view_mm": (view_mm, (torch.randn(3, 2, 4), torch.randn(3, 2, 4))),
+        "branches": (branches, (torch.randn(12), torch.randn(13))),
+        "graph_break": (graph_break, (torch.randn(5, 3), torch.randn(4))),
+        "mlp": (MLP().eval(), (torch.randn(32, 64),)),
+        "cat_reshape": (merge_pairs, (torch.randn(4, 6), torch.randn(4, 10))),
+        "attention": (AttentionBlock().eval(), (torch.randn(2, 16, 64),)),
+        "cnn": (SmallCNN().eval(), (torch.randn(2, 3, 16, 16),)),
+    }
+
+
+def _models() -> dict[str, tuple]:
+    import examples.models as M
+
+    torch.manual_seed(0)
+    out = {}
+    for name in ("gpt2", "bert", "transformer_layer", "lstm"):
+        make, inputs = M.MODELS[name]
+        try:
+            out[name] = (make(), inputs())
+        except ImportError:
+            continue
+    return out
+
+
+def _oracle(fn, args) -> tuple[object, int]:  # type: ignore[no-untyped-def]
+    with torch.no_grad():
+        report = explain_compile(fn, *args, dynamic=True)
+        checked = 0
+        for what, new in size_variants(args):
+            try:
+                fn(*new)
+            except Exception:
+                continue  # NOTE: eager rejects it; so does any guard set
+            assert agrees(report, *new) == [], what
+            checked += 1
+    return report, checked
+
+
+def _judge(report, checked: int) -> None:  # type: ignore[no-untyped-def]
+    assert checked > 0
+    for f in report.frames:
+        cert = f.guards.verify()
+        assert cert.equivalent and cert.irredundant and f.guards.minimal
+        assert len(f.guards) <= len(f.dynamo_guards)
+        assert all(g.sources for g in f.dynamo_guards), [g.code for g in f.dynamo_guards if not g.sources]
+        assert all(f.sources_of(i) for c in f.guards for i in c.prov)
+
+
+FAST = ["view_mm", "branches", "graph_break", "mlp", "cat_reshape"]
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_guards_accept_exactly_what_dynamo_runs_without_recompiling(name: str) -> None:
+    fn, args = _cases()[name]
+    report, checked = _oracle(fn, args)
+    _judge(report, checked)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["attention", "cnn", "gpt2", "bert", "transformer_layer", "lstm"])
+def test_guards_agree_with_dynamo_on_real_models(name: str) -> None:
+    fn, args = {**_cases(), **_models()}.get(name, (None, None))
+    if fn is None:
+        pytest.skip("transformers is not installed")
+    # NOTE: Dynamo runs nn.LSTM eagerly (no frame, no guards) unless allow_rnn is set
+    with torch._dynamo.config.patch(allow_rnn=True):
+        report, checked = _oracle(fn, args)
+    _judge(report, checked)
+
+
+def test_branches_are_fewer_than_dynamos_and_named_by_line() -> None:
+    with torch.no_grad():
+        r = explain_compile(branches, torch.randn(12), torch.randn(13), dynamic=True)
+    assert [g.code for g in r.dynamo_guards] == ["L['x'].size()[0] < L['y'].size()[0]", "11 <= L['x'].size()[0]",
+                                                 "12 <= L['y'].size()[0]"]
+    assert [c.text for c in r.guards] == ["x0 >= 11", "x0 < y0"]
+    (implied,) = r.guards.implied
+    assert r.frames[0].sources_of(implied)[0].code == "if x.shape[0] < y.shape[0]:"
+    assert [s.line for c in r.guards for i in c.prov for s in r.frames[0].sources_of(i)] == [
+        branches.__code__.co_firstlineno + 3, branches.__code__.co_firstlineno + 5]
+
+
+def test_dynamos_own_assumptions_are_named_with_a_fix() -> None:
+    with torch.no_grad():
+        r = explain_compile(view_mm, torch.randn(3, 2, 4), torch.randn(3, 2, 4), dynamic=True)
+    by_code = {g.code: g for g in r.dynamo_guards}
+    duck = by_code["L['y'].size()[0] == L['x'].size()[0]"]
+    assert duck.sources[0].assumption == "duck sizing" and "use_duck_shape" in duck.sources[0].fix
+    assert by_code["2 <= L['x'].size()[0]"].sources[0].assumption == "0/1 specialization"
+    stride = by_code["L['x'].stride()[0] == L['x'].size()[1]*L['x'].size()[2]"]
+    assert stride.kind == "stride" and stride.sources[0].assumption == "stride"
+    assert "x.stride()[0] == x.size()[1]*x.size()[2]" in [g.text for g in r.guards.static]
+    doc = json.loads(r.json())
+    assert doc["counts"]["dynamo_guards"] == 13 and len(doc["guards"]) == len(r.guards)
+    assert all(s.get("assumption") or s["line"] for g in doc["guards"] for s in g["sources"])
+
+
+def test_static_by_default_without_dynamic() -> None:
+    with torch.no_grad():
+        r = explain_compile(lambda x: x.sin(), torch.randn(3, 5))
+    assert [c.text for c in r.guards] == ["x0 == 3", "x1 == 5"]
+    assert {s.assumption for g in r.dynamo_guards for s in g.sources} == {"static by default"}
+
+
+def h(x: torch.Tensor) -> torch.Tensor:
+    if x.shape[0] > 5:
+        x = x * 2
+    if x.shape[0] <= 6:
+        x = x + 1
+    return x.sin()
+
+
+def test_a_violated_mark_dynamic_names_every_guard_that_pins_it() -> None:
+    """pytorch/pytorch#136002: `x > 5 and x <= 6` pins x; Dynamo names only the last line."""
+    x = torch.randn(6, 3)
+    torch._dynamo.mark_dynamic(x, 0)
+    r = explain_compile(h, x)
+    assert "specialized it to be a constant (6)" in r.error
+    (s,) = r.specializations
+    assert (s.dim, s.value, s.marked) == ("x0", 6, True)
+    assert [p.sources[0].code for p in s.pins] == ["if x.shape[0] > 5:", "if x.shape[0] <= 6:"]
+    assert [p.witness for p in s.pins] == [{"x0": 5}, {"x0": 7}]
+    assert x._dynamo_dynamic_indices == {0}  # NOTE: the user's mark is back after the explaining compile
+    assert "x0 == 6" in [c.text for c in r.guards]
+
+
+def test_a_failed_compile_is_one_clear_error() -> None:
+    def bad(x: torch.Tensor) -> torch.Tensor:
+        return x @ x
+
+    with pytest.raises(guardsolve.GuardsolveError, match="torch.compile failed on .*bad"):
+        explain_compile(bad, torch.randn(2, 3))
+
+
+# -- recompiles --------------------------------------------------------------------------------
+
+
+def _entries(code) -> int:  # type: ignore[no-untyped-def]
+    """The graphs Dynamo holds for one code object (its own cache)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return len(_debug_get_cache_entry_list(code))
+
+
+class Head(torch.nn.Module):
+    """An MLP of its own (Dynamo's cache is per code object: no other test compiles this one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(64, 32), torch.nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.fc1(x).relu())
+
+
+def test_recompiles_are_counted_explained_and_avoided() -> None:
+    model = Head().eval()
+    before = _entries(Head.forward.__code__)
+    compiled = torch.compile(model, backend="eager")
+    with watch_recompiles() as log, torch.no_grad():
+        for b in (2, 3, 8, 1):
+            compiled(torch.randn(b, 64))
+    compiles = _entries(Head.forward.__code__) - before
+    # batch 2 compiles (static), 3 recompiles (automatic dynamic), 8 hits, 1 recompiles (0/1 specialization)
+    assert len(log.calls) == compiles == 3 and len(log) == 2
+    first, second = log.recompiles
+    assert first.failed == "x0 == 2" and first.sources[0].assumption == "static by default"
+    assert second.failed == "x0 >= 2" and second.sources[0].assumption == "0/1 specialization"
+    s = log.suggestion
+    assert s is not None and s.recompiles_before == 2 and s.recompiles_after < 2
+    text = str(log)
+    assert "3 compiles, 2 recompiles" in text and "suggestion: torch._dynamo.mark" in text
+    # guardsolve's trace of batch 2 is the same trace at every batch size (MLP): it serves them
+    assert len(log.trace_accepts) == 2
+
+
+@pytest.mark.slow
+def test_gpt2_recompiles_explained() -> None:
+    import examples.models as M
+
+    try:
+        model = M.gpt2()
+    except ImportError:
+        pytest.skip("transformers is not installed")
+    compiled = torch.compile(model, backend="eager", isolate_recompiles=True)
+    calls = [(b, s) for b in (1, 2, 3, 8) for s in (16, 17)]
+    code = type(model).forward.__code__  # NOTE: transformers' forward wrapper: the frame Dynamo compiles
+    before = _entries(code)
+    with watch_recompiles() as log, torch.no_grad():
+        for b, s in calls:
+            compiled(torch.randint(0, 100, (b, s)))
+    compiles = _entries(code) - before
+    assert {c.code for c in log.calls} == {code}
+    assert len(log) == len(log.calls) - 1 == compiles - 1 >= 2
+    assert all(r.failed and r.sources for r in log)
+    assert log.suggestion is not None and log.suggestion.recompiles_after < len(log)
+
+
+def test_oracle_reports_the_frame_dynamo_refused() -> None:
+    with torch.no_grad():
+        r = explain_compile(graph_break, torch.randn(5, 3), torch.randn(4), dynamic=True)
+        calls = dynamo_calls(r, torch.randn(2, 3), torch.randn(4))
+    assert [(c.name, c.accepted) for c in calls] == [("graph_break", True),
+                                                     (r.frames[1].name, False)]
+    assert tuple(calls[1].f_locals["z"].shape) == (2, 3)
