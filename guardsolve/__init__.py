@@ -32,6 +32,10 @@ _EXPORTS: dict[str, str] = {
     "Certificate": "guardsolve.solve.guardset", "GuardSet": "guardsolve.solve.guardset",
     "simplify": "guardsolve.solve.simplify",
     "CacheInfo": "guardsolve.cache", "GuardedFunction": "guardsolve.cache", "guarded": "guardsolve.cache",
+    "CompileReport": "guardsolve.pytorch.compile", "explain_compile": "guardsolve.pytorch.compile",
+    "RecompileLog": "guardsolve.pytorch.recompiles", "watch_recompiles": "guardsolve.pytorch.recompiles",
+    "export_spec": "guardsolve.pytorch.dynamic", "judge_dynamic": "guardsolve.pytorch.dynamic",
+    "violations": "guardsolve.pytorch.dynamic",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -74,6 +78,9 @@ if TYPE_CHECKING:
     from guardsolve.ir.node import Node, SourceLoc
     from guardsolve.ir.ops import Op, Type
     from guardsolve.ir.printer import print_guards
+    from guardsolve.pytorch.compile import CompileReport, explain_compile
+    from guardsolve.pytorch.dynamic import export_spec, judge_dynamic, violations
+    from guardsolve.pytorch.recompiles import RecompileLog, watch_recompiles
     from guardsolve.solve.guardset import Certificate, GuardSet
     from guardsolve.solve.simplify import simplify
     from guardsolve.trace.replay import run_trace

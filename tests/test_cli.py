@@ -532,3 +532,52 @@ def test_a_reader_that_stops_early_is_no_error(tmp_path: pathlib.Path) -> None:
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 141 and err == ""
+
+
+# -- report --via torch.compile ---------------------------------------------------------------
+
+COMPILED = str(ROOT / "examples/compiled.py") + ":route"
+
+
+def test_report_via_torch_compile_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", COMPILED, "--shape", "x=12", "--shape", "y=13", "--via", "torch.compile", "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "Dynamo checks 3 shape guards (3 over input sizes, 0 on strides and other values) -> 2 minimal" in out
+    assert "  x0 >= 11\n      Dynamo: 11 <= L['x'].size()[0]  <- " in out and "if x.shape[0] > 10:" in out
+    assert "implied by the above (dropped):\n      12 <= L['y'].size()[0]" in out
+    assert "verified by z3: yes" in out
+
+
+def test_report_via_torch_compile_json_and_python(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", COMPILED, "--shape", "x=12", "--shape", "y=13", "--via", "torch.compile",
+                 "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["via"] == "torch.compile" and doc["counts"] == {"frames": 1, "dynamo_guards": 3, "minimal_guards": 2}
+    assert [g["guard"] for g in doc["guards"]] == ["x0 >= 11", "x0 < y0"]
+    assert all(s["line"] and s["code"] for g in doc["guards"] for s in g["sources"])
+    assert [g["code"] for g in doc["dynamo_guards"]][2] == "12 <= L['y'].size()[0]"
+    assert main(["report", COMPILED, "--shape", "x=12", "--shape", "y=13", "--via", "torch.compile",
+                 "--format", "python"]) == 0
+    src = capsys.readouterr().out
+    space: dict[str, object] = {}
+    exec(src, space)  # NOTE: standalone: plain Python, no guardsolve or torch import
+    check = space["check_dims_route"]
+    assert check(11, 12) and not check(10, 12) and not check(11, 11)  # type: ignore[operator]
+    assert "import" not in src
+
+
+def test_report_via_torch_compile_marks_dynamic_dims(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(ROOT / "examples/mlp.py") + ":MLP", "--shape", "x=32,64", "--via", "torch.compile",
+                 "--dynamic", "x0"]) == 0
+    out = capsys.readouterr().out
+    assert "  x1 == 64\n" in out and "  x0 >= 2\n" in out
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--format", "dot"], "--format dot does not apply to --via torch.compile (its guards are Dynamo's, not a trace's)"),
+    (["--dynamic", "z9"], "--dynamic z9: no such dim (dims: x0, y0)"),
+])
+def test_report_via_torch_compile_errors(extra: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", COMPILED, "--shape", "x=12", "--shape", "y=13", "--via", "torch.compile", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"guardsolve: error: {message}"

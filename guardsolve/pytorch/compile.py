@@ -65,6 +65,7 @@ FIXES = {
     "specialized": "see the specializations: the guards that pin this dim",
     "shape rule": "none: PyTorch's shape rule for the op asks it",
     "NaN specialization": "none needed: a NaN value would compile a graph of its own",
+    "Dynamo's own": "see Dynamo's comment (TORCH_LOGS=guards)",
 }
 
 
@@ -99,8 +100,9 @@ class GuardSource:
         return d
 
 
-_LOC = re.compile(r"(?:^|\) and )(?P<code>.*?)\s+# (?P<file>[^\s:#]+):(?P<line>\d+) in (?P<fn>[\w<>.]+)")
-_FRAMEWORK = re.compile(r"^(?P<file>\S+?):(?P<line>\d+) in (?P<fn>[\w<>.]+)")
+_FILE = r"(?P<file><[^>]+>|[^\s:#]+):(?P<line>\d+) in (?P<fn>[\w<>.]+)"
+_LOC = re.compile(r"(?:^|\) and )(?P<code>.*?)\s+# " + _FILE)
+_FRAMEWORK = re.compile("^" + _FILE)
 
 
 def _file(printed: str, code: Any) -> str:
@@ -146,7 +148,8 @@ def sources_of(comment: str, code: str, frame_code: Any = None) -> tuple[GuardSo
     fw = _FRAMEWORK.match(comment)
     if fw is not None:
         return (GuardSource("shape rule", fw["file"], int(fw["line"]), fw["fn"], detail=f"{fw['file']}:{fw['line']} in {fw['fn']}"),)
-    return ()
+    # NOTE: never "unknown": what Dynamo said, as it said it
+    return (GuardSource("Dynamo's own", detail=comment or "Dynamo recorded no source for this guard"),)
 
 
 # -- one frame ------------------------------------------------------------------------------
@@ -227,6 +230,7 @@ class Frame:
     names: dict[str, str] = field(default_factory=dict)  # Dynamo's source -> guardsolve's dim
     code: Any = field(default=None, repr=False)  # the frame's code object
     inputs: dict[str, str] = field(default_factory=dict)  # each of `params` -> its source in the frame
+    f_locals: dict[str, Any] = field(default_factory=dict, repr=False)  # the locals it was compiled for
 
     def arguments(self, f_locals: Mapping[str, Any]) -> list[Any]:
         """The values `guards.check` takes, read from the frame's locals (`L['args'][0]`, ...)."""
@@ -552,7 +556,8 @@ def explain_frame(c: dyn.Compiled, dynamic: bool | None, marked: Mapping[int, Se
     gs = simplify(graph, explore=False, timeout_ms=timeout_ms, jobs=1)
     gs = gs.with_static(_dedup(static), params)
     frame = Frame(c.name, c.compile_id, short_path(c.code.co_filename), c.code.co_firstlineno, tuple(params),
-                  dynamo_guards, gs, other, names=names, code=c.code, inputs=dict(source_of))
+                  dynamo_guards, gs, other, names=names, code=c.code, inputs=dict(source_of),
+                  f_locals=c.f_locals)
     frame.specializations = _specializations(c, frame, marked_sizes)
     return frame
 

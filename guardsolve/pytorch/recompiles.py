@@ -275,7 +275,7 @@ def replay(target: Callable[..., Any], calls: Sequence[tuple[Sequence[Any], dict
     first = [a.clone() if isinstance(a, torch.Tensor) else a for a in args0]
     for i, d in dims:
         if isinstance(first[i], torch.Tensor):
-            getattr(torch._dynamo, mark)(first[i], d)
+            getattr(torch._dynamo.decorators, mark)(first[i], d)
     with torch.no_grad():
         compiled(*first, **kwargs0)
         refused = 0
@@ -345,7 +345,8 @@ def _named(call: Call, dims: Sequence[tuple[int, int]]) -> tuple[tuple[str, int]
 def _mark_text(call: Call, dims: Sequence[tuple[int, int]], mark: str = "mark_dynamic") -> str:
     if not dims:
         return "torch.compile(..., dynamic=True)"
-    return "; ".join(f"torch._dynamo.{mark}({n}, {d})" for n, d in _named(call, dims)) + " before the first call"
+    where = "torch._dynamo" if mark == "mark_dynamic" else "torch._dynamo.decorators"
+    return "; ".join(f"{where}.{mark}({n}, {d})" for n, d in _named(call, dims)) + " before the first call"
 
 
 def _trace_accepts(log: RecompileLog) -> list[str]:
