@@ -207,6 +207,10 @@ def _oracle(fn, args) -> tuple[object, int]:  # type: ignore[no-untyped-def]
             except Exception:
                 continue  # NOTE: eager rejects it; so does any guard set
             assert agrees(report, *new) == [], what
+            if len(report.frames) == 1:
+                # NOTE: the stated API itself: the outermost guards over the call's own arguments
+                (call,) = dynamo_calls(report, *new)
+                assert report.guards.check(*new) == call.accepted, what
             checked += 1
     return report, checked
 
@@ -378,3 +382,21 @@ def test_oracle_reports_the_frame_dynamo_refused() -> None:
     assert [(c.name, c.accepted) for c in calls] == [("graph_break", True),
                                                      (r.frames[1].name, False)]
     assert tuple(calls[1].f_locals["z"].shape) == (2, 3)
+
+
+def test_a_guard_dynamo_names_no_source_for_gets_guardsolves_line() -> None:
+    """Where Dynamo's comment names neither a line nor an assumption, guardsolve's own trace of
+    the same call gives the user lines of its bailouts over the same dims."""
+    from dataclasses import replace
+
+    from guardsolve.pytorch.compile import GuardSource, attribute_from_trace
+
+    args = (torch.randn(12), torch.randn(13))
+    with torch.no_grad():
+        r = explain_compile(branches, *args, dynamic=True)
+    frame = r.frames[0]
+    bare = GuardSource("Dynamo's own", detail="(unknown var s0, please file a bug)")
+    frame.dynamo_guards[1] = replace(frame.dynamo_guards[1], sources=(bare,))  # `11 <= L['x'].size()[0]`
+    attribute_from_trace(frame, branches, args)
+    lines = {s.code for s in frame.dynamo_guards[1].sources if s.assumption is None}
+    assert "if x.shape[0] > 10:" in lines and all("unknown" not in str(s) or s.assumption for s in frame.dynamo_guards[1].sources)
