@@ -29,31 +29,9 @@ import torch  # noqa: E402
 
 from guardsolve.pytorch.compile import explain_compile  # noqa: E402
 
-W = torch.randn(8, 4)
-
-
-def view_mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return (x + y).view(x.shape[0], -1) @ W
-
-
-def branches(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    if x.shape[0] > 5:
-        x = x * 2
-    if x.shape[0] > 10:
-        x = x + 1
-    if x.shape[0] < y.shape[0]:
-        return x.sum() + y.sum()
-    return x.sum()
-
-
-def graph_break(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    z = x * 2
-    torch._dynamo.graph_break()
-    return z + y.sum()
-
-
 def cases(fast: bool) -> dict[str, tuple[Any, tuple[Any, ...]]]:
     from examples.attention import AttentionBlock
+    from examples.compiled import graph_break, route, view_mm
     from examples.cat_reshape import merge_pairs
     from examples.cnn import SmallCNN
     from examples.mlp import MLP
@@ -61,7 +39,7 @@ def cases(fast: bool) -> dict[str, tuple[Any, tuple[Any, ...]]]:
     torch.manual_seed(0)
     out: dict[str, tuple[Any, tuple[Any, ...]]] = {
         "view_mm": (view_mm, (torch.randn(3, 2, 4), torch.randn(3, 2, 4))),
-        "branches": (branches, (torch.randn(12), torch.randn(13))),
+        "branches": (route, (torch.randn(12), torch.randn(13))),
         "graph_break": (graph_break, (torch.randn(5, 3), torch.randn(4))),
     }
     if fast:
@@ -74,12 +52,7 @@ def cases(fast: bool) -> dict[str, tuple[Any, tuple[Any, ...]]]:
         "attention": (AttentionBlock().eval(), (torch.randn(2, 16, 64),)),
         "cnn": (SmallCNN().eval(), (torch.randn(2, 3, 16, 16),)),
     })
-    for name in ("gpt2", "bert", "transformer_layer", "lstm", "self_attention", "conv_net"):
-        make, inputs = M.MODELS[name]
-        try:
-            out[name] = (make(), inputs())
-        except ImportError:
-            continue
+    out.update(M.built(("gpt2", "bert", "transformer_layer", "lstm", "self_attention", "conv_net")))
     return out
 
 

@@ -22,6 +22,23 @@ def route(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return x.sum()
 
 
+W = torch.randn(8, 4)
+
+
+def view_mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """pytorch/pytorch's own example: 12 shape lambdas, four of them "unknown source"."""
+    return (x + y).view(x.shape[0], -1) @ W
+
+
+def graph_break(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Two frames: the second gets `z`, computed inside the function."""
+    z = x * 2
+    torch._dynamo.graph_break()
+    if z.shape[0] > 3:
+        return z + y.sum()
+    return z - 1
+
+
 def scale(x: torch.Tensor) -> torch.Tensor:
     return (x * 2).sin()
 

@@ -87,6 +87,18 @@ MODELS = {
 }
 
 
+
+def built(names: list[str] | tuple[str, ...] = tuple(MODELS)) -> dict[str, tuple[nn.Module, tuple[torch.Tensor, ...]]]:
+    """Each named model with its example inputs; those that need a package not installed are left out."""
+    out = {}
+    for name in names:
+        make, inputs = MODELS[name]
+        try:
+            out[name] = (make(), inputs())
+        except ImportError:
+            continue
+    return out
+
 def main() -> None:
     torch.manual_seed(0)
     for name, (make, inputs) in MODELS.items():

@@ -140,29 +140,8 @@ def test_a_construct_without_integer_meaning_is_named() -> None:
 
 # -- explain_compile against Dynamo ----------------------------------------------------------
 
-W = torch.randn(8, 4)
-
-
-def view_mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return (x + y).view(x.shape[0], -1) @ W
-
-
-def branches(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    if x.shape[0] > 5:
-        x = x * 2
-    if x.shape[0] > 10:
-        x = x + 1
-    if x.shape[0] < y.shape[0]:
-        return x.sum() + y.sum()
-    return x.sum()
-
-
-def graph_break(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    z = x * 2
-    torch._dynamo.graph_break()
-    if z.shape[0] > 3:
-        return z + y.sum()
-    return z - 1
+from examples.compiled import graph_break, view_mm  # noqa: E402
+from examples.compiled import route as branches  # noqa: E402
 
 
 def _cases() -> dict[str, tuple]:
@@ -187,14 +166,7 @@ def _models() -> dict[str, tuple]:
     import examples.models as M
 
     torch.manual_seed(0)
-    out = {}
-    for name in ("gpt2", "bert", "transformer_layer", "lstm"):
-        make, inputs = M.MODELS[name]
-        try:
-            out[name] = (make(), inputs())
-        except ImportError:
-            continue
-    return out
+    return M.built(("gpt2", "bert", "transformer_layer", "lstm"))
 
 
 def _oracle(fn, args) -> tuple[object, int]:  # type: ignore[no-untyped-def]
@@ -256,7 +228,7 @@ def test_branches_are_fewer_than_dynamos_and_named_by_line() -> None:
     (implied,) = r.guards.implied
     assert r.frames[0].sources_of(implied)[0].code == "if x.shape[0] < y.shape[0]:"
     assert [s.line for c in r.guards for i in c.prov for s in r.frames[0].sources_of(i)] == [
-        branches.__code__.co_firstlineno + 3, branches.__code__.co_firstlineno + 5]
+        branches.__code__.co_firstlineno + 4, branches.__code__.co_firstlineno + 6]
 
 
 def test_dynamos_own_assumptions_are_named_with_a_fix() -> None:
