@@ -367,7 +367,7 @@ def test_a_guard_dynamo_names_no_source_for_gets_guardsolves_line() -> None:
     with torch.no_grad():
         r = explain_compile(branches, *args, dynamic=True)
     frame = r.frames[0]
-    bare = GuardSource("Dynamo's own", detail="(unknown var s0, please file a bug)")
+    bare = GuardSource("symbol replacement")
     frame.dynamo_guards[1] = replace(frame.dynamo_guards[1], sources=(bare,))  # `11 <= L['x'].size()[0]`
     attribute_from_trace(frame, branches, args)
     lines = {s.code for s in frame.dynamo_guards[1].sources if s.assumption is None}

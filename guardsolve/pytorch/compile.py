@@ -66,6 +66,7 @@ FIXES = {
     "shape rule": "none: PyTorch's shape rule for the op asks it",
     "NaN specialization": "none needed: a NaN value would compile a graph of its own",
     "Dynamo's own": "see Dynamo's comment (TORCH_LOGS=guards)",
+    "symbol replacement": "mark the dims dynamic with different example sizes (TORCH_LOGS=+dynamic shows the replacement)",
 }
 
 
@@ -128,6 +129,8 @@ def sources_of(comment: str, code: str, frame_code: Any = None) -> tuple[GuardSo
 
     >>> [s.assumption for s in sources_of("duck sizing added this equality because these variables had the same size 3", "")]
     ['duck sizing']
+    >>> [s.assumption for s in sources_of("(unknown var s17, please file a bug)", "L['y'].size()[0] == 2*L['x'].size()[0]")]
+    ['symbol replacement']
     """
     lines = user_lines(comment, frame_code)
     if "duck sizing" in comment:
@@ -145,6 +148,9 @@ def sources_of(comment: str, code: str, frame_code: Any = None) -> tuple[GuardSo
         return (GuardSource("stride", detail="Dynamo ties the strides to the sizes of the example's layout"),)
     if lines:
         return tuple(lines)
+    if "unknown var" in comment or "unknown source" in comment:
+        return (GuardSource("symbol replacement", detail="Dynamo tied this size to another symbol's expression "
+                            "when it made its symbols, and recorded no line for it"),)
     fw = _FRAMEWORK.match(comment)
     if fw is not None:
         return (GuardSource("shape rule", fw["file"], int(fw["line"]), fw["fn"], detail=f"{fw['file']}:{fw['line']} in {fw['fn']}"),)
@@ -839,7 +845,8 @@ def explain_compile(fn: Callable[..., Any], *args: Any, dynamic: bool | None = N
 
 
 def _unattributed(g: DynamoGuard) -> bool:
-    return g.kind in ("shape", "static size") and all(s.assumption == "Dynamo's own" for s in g.sources)
+    return g.kind in ("shape", "static size") and all(s.assumption in ("Dynamo's own", "symbol replacement")
+                                                      for s in g.sources)
 
 
 def attribute_from_trace(frame: Frame, fn: Callable[..., Any], args: Sequence[Any]) -> None:
