@@ -24,7 +24,7 @@ def test_report_on_example(capsys: pytest.CaptureFixture[str]) -> None:
                  "--verify"]) == 0
     out = capsys.readouterr().out
     assert "trace: 3 nodes; 4 bailouts -> 1 minimal guard" in out
-    assert "minimal (irredundant): proved; equivalence and minimality verified by z3: yes" in out
+    assert "minimal (irredundant): proved; equivalence and minimality verified by z3" in out
     assert "\n(a0 == 1) or (a0 == b0) or (b0 == 1)\n" in out and "notebook.py:47  return a + b" in out
     assert "same trace at a0=1: assert not (a0 == 1) answered otherwise" in out
 
@@ -83,7 +83,9 @@ def test_subprocess_and_python_m() -> None:
         assert "examples/notebook.py:47  return a + b" in out.stdout
     out = subprocess.run([sys.executable, "-m", "guardsolve", "report", "nope.gs"], capture_output=True,
                          text=True, cwd=ROOT, timeout=120)
-    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == "guardsolve: error: no such file: nope.gs"
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == (
+        "guardsolve: error: no such file: nope.gs (a target is path/to/file.py:NAME, package.module:NAME, "
+        "or a saved graph file)")
 
 
 EXAMPLE_TARGETS = [
@@ -111,7 +113,8 @@ def test_json_format(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Mon
     assert main(["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--format", "json",
                  "--dynamic", "a0", "--no-explore"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["version"] == 1 and doc["bailouts"] == 4 and doc["trace_nodes"] == 3
+    assert doc["version"] == 2 and doc["bailouts"] == 4 and doc["trace_nodes"] == 3
+    assert doc["inputs"] == {"a": {"shape": [4], "dtype": "float32"}, "b": {"shape": [4], "dtype": "float32"}}
     assert [g["guard"] for g in doc["guards"]] == ["a0 == b0", "a0 != 1"]
     src = doc["guards"][0]["sources"][0]
     assert src == {"bailout": "assert (a0 == b0)", "file": "examples/notebook.py", "line": 47, "code": "return a + b"}
@@ -148,7 +151,7 @@ def test_dot_rendering(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str
     if shutil.which("dot"):
         assert rc == 0 and out.read_text().lstrip().startswith("<?xml")
     else:
-        assert rc == 2 and "needs Graphviz's `dot` program" in capsys.readouterr().err
+        assert rc == 2 and "needs Graphviz's `dot` on PATH" in capsys.readouterr().err
 
 
 def test_trace_then_report_gives_the_same_guards(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
@@ -237,8 +240,6 @@ def test_check_exit_codes(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[
 @pytest.mark.parametrize("argv, fragment", [
     (["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims", "a0=1,c0=2"],
      "unknown dim 'c0'"),
-    (["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims", "a0=1"],
-     "no value for dim 'b0'"),
     (["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims", "a0=-2,b0=-2"],
      "--dims a0=-2: a size is >= 0"),
     (["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dynamic", "z9"],
@@ -545,7 +546,7 @@ def test_report_via_torch_compile_text(capsys: pytest.CaptureFixture[str]) -> No
     assert "Dynamo checks 3 shape guards (3 over input sizes, 0 on strides and other values) -> 2 minimal" in out
     assert "  x0 >= 11\n      Dynamo: 11 <= L['x'].size()[0]  <- " in out and "if x.shape[0] > 10:" in out
     assert "implied by the above (dropped):\n      12 <= L['y'].size()[0]" in out
-    assert "verified by z3: yes" in out
+    assert "equivalence and minimality verified by z3" in out
 
 
 def test_report_via_torch_compile_json_and_python(capsys: pytest.CaptureFixture[str]) -> None:

@@ -55,7 +55,14 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
                         help="example tensor shape for a parameter (repeat per parameter)")
     target.add_argument("--int", action="append", default=[], metavar="NAME=V", help="example int argument")
-    target.add_argument("--dtype", default="float32", help="dtype of example tensors (default float32)")
+    target.add_argument("--dtype", action="append", default=[], metavar="[NAME=]DTYPE",
+                        help="dtype of the example tensors (default float32), or of one input: --dtype ids=int64 "
+                             "(repeat per input; aliases such as fp16, bf16, half, torch.float16 work)")
+    target.add_argument("--values", action="append", default=[], metavar="NAME=KIND",
+                        help="how an example tensor is filled: randint:LO,HI, ones, zeros, randn, rand, arange "
+                             "(default: floats randn; ints random in [0, 2), and ones for an input named *mask*)")
+    target.add_argument("--train", action="store_true",
+                        help="trace an nn.Module target in training mode (by default it is switched to eval mode)")
     target.add_argument("--value-guards", action="store_true",
                         help="record branches on tensor data as value guards instead of failing")
     target.add_argument("--no-explore", action="store_true",
@@ -102,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit status (0 ok, 1 a check failed, 2 bad input, 3 a bug)."""
     args = _parser().parse_args(argv)
     try:
+        from guardsolve.cli.args import check
+
+        check(args)  # NOTE: before torch and z3 load: a mistake is answered at once
         return {"report": _report, "trace": _trace, "check": _check}[args.command](args)
     except GuardsolveError as e:
         return _fail(args, f"guardsolve: error: {e}", 2)
@@ -127,7 +137,7 @@ def _fail(args: argparse.Namespace, message: str, status: int) -> int:
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from guardsolve.cli.targets import TargetError, load
 
-    loaded = load(args.target, args.shape, args.int, args.dtype, args.value_guards)
+    loaded = load(args.target, args.shape, args.int, args.dtype, args.value_guards, args.values, args.train)
     if loaded.from_file and args.command != "check" and (args.shape or args.int):
         flag = f"--shape {args.shape[0]}" if args.shape else f"--int {args.int[0]}"
         raise TargetError(f"{flag}: {args.target} is a saved graph, already traced at its shapes "
@@ -148,23 +158,44 @@ def _report(args: argparse.Namespace) -> int:
     gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms, jobs=args.jobs,
                   explore=not args.no_explore)
     seconds = time.perf_counter() - t0
-    if args.verify:
-        gs.verify(timeout_ms=args.timeout_ms)
     info = ReportInfo(loaded.target, loaded.inputs, loaded.graph, seconds, args.verify, args.dynamic,
-                      loaded.target if loaded.from_file else None)
-    if args.dynamic:
-        judgement(gs, info)  # NOTE: validates the dim names before any output; the report reuses it
-    if args.export_check:
-        info.checked = export_checked(gs, info, loaded.trace, args.dtype)
+                      loaded.target if loaded.from_file else None, input_specs=loaded.input_specs)
+    # NOTE: fail soft: a stage after the guards that fails is reported after them, never instead of them
+    if args.verify and not _stage(info, "verify", lambda: gs.verify(timeout_ms=args.timeout_ms)):
+        info.verified = False
+    if args.dynamic and not _stage(info, "--dynamic", lambda: judgement(gs, info)):
+        info.dynamic = ()
+    if args.export_check and info.dynamic:
+        _stage(info, "--export-check", lambda: setattr(info, "checked", export_checked(gs, info, loaded.trace)))
     if args.format == "dot":
         text = dot_report(gs)
         if args.output and not args.output.endswith(".dot"):
             render_dot(text, args.output)
-            return 0
+            return _failed(info)
     else:
         text = {"text": text_report, "json": json_report, "python": python_report}[args.format](gs, info)
     write_output(text, args.output)
-    return 0
+    return _failed(info)
+
+
+def _stage(info, name: str, run) -> bool:  # type: ignore[no-untyped-def]
+    """Run one stage after the guards; its error is kept in `info.failures` (the report prints it)."""
+    try:
+        run()
+        return True
+    except GuardsolveError as e:
+        info.failures.append((name, str(e).splitlines()[0] if str(e) else type(e).__name__))
+        return False
+
+
+def _failed(info) -> int:  # type: ignore[no-untyped-def]
+    """Exit 2 with the first failed stage on stderr (the report above holds the rest), else 0."""
+    if not info.failures:
+        return 0
+    stage, message = info.failures[0]
+    print(f"guardsolve: error: {stage} failed after the guards were computed (they are printed): {message}",
+          file=sys.stderr)
+    return 2
 
 
 def _report_compile(args: argparse.Namespace) -> int:

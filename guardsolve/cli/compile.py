@@ -32,7 +32,7 @@ def _marks(names: list[str], args: list[Any], dims: list[str]) -> None:
 def compile_report(args: argparse.Namespace) -> str:
     from guardsolve.pytorch.compile import explain_compile
 
-    fn, names, values = load_args(args.target, args.shape, args.int, args.dtype)
+    fn, names, values = load_args(args.target, args.shape, args.int, args.dtype, args.values, args.train)
     _marks(names, values, args.dynamic)
     import torch
 
@@ -46,7 +46,7 @@ def compile_report(args: argparse.Namespace) -> str:
         return report.json()
     if args.format == "python":
         return python_module(report)
-    return str(report) + ("\nequivalence and minimality verified by z3: yes" if args.verify else "")
+    return str(report) + ("\nequivalence and minimality verified by z3" if args.verify else "")
 
 
 def python_module(report: Any) -> str:

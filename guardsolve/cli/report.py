@@ -6,7 +6,7 @@ JSON schema (`version` 1): see README.md, "JSON report".
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from guardsolve.errors import GuardsolveError
@@ -14,7 +14,7 @@ from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.solve.guardset import GuardSet
 
-JSON_VERSION = 1
+JSON_VERSION = 2  # 2: `inputs` is structured (shape and dtype per input); 1: a string
 
 
 class UnprintableValueError(GuardsolveError):
@@ -33,6 +33,8 @@ class ReportInfo:
     dynamic: Sequence[str] = ()
     graph_file: str | None = None  # a saved trace: its sources are lines of this file
     checked: Any = None  # with --export-check: the `export_check.ExportCheck` of the --dynamic spec
+    input_specs: dict[str, Any] | None = None  # each input's shape and dtype (JSON's `inputs`)
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (stage, error) of stages after the guards
 
 
 def plural(count: int, word: str) -> str:
@@ -58,11 +60,11 @@ def _sources(gs: GuardSet, nodes: Sequence[int], graph_file: str | None) -> list
 
 
 def json_report(gs: GuardSet, info: ReportInfo) -> str:
-    """Machine-readable report (schema version 1)."""
+    """Machine-readable report (schema version 2)."""
     doc: dict[str, Any] = {
         "version": JSON_VERSION,
         "target": info.target,
-        "inputs": info.inputs,
+        "inputs": info.input_specs if info.input_specs is not None else info.inputs,
         "trace_nodes": len(info.trace),
         "guard_nodes": len(gs.graph),
         "bailouts": len(gs.graph.bailouts()),
@@ -108,6 +110,8 @@ def json_report(gs: GuardSet, info: ReportInfo) -> str:
                          for p in info.checked.pins],
                 "dynamic_shapes": info.checked.spec.source,
             }
+    if info.failures:
+        doc["failures"] = [{"stage": stage, "error": msg} for stage, msg in info.failures]
     return json.dumps(doc, indent=2)
 
 
@@ -125,7 +129,7 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
         f"trace: {plural(len(info.trace), 'node')}; {plural(len(gs.graph.bailouts()), 'bailout')} -> "
         f"{plural(len(gs), 'minimal guard')}",
         f"minimal (irredundant): {'proved' if gs.minimal else 'not proved (solver undecided)'}; "
-        f"equivalence and minimality verified by z3: {'yes' if info.verified else 'no (use --verify)'}; "
+        f"equivalence and minimality {'verified by z3' if info.verified else 'not verified (run with --verify)'}; "
         f"simplified in {info.seconds * 1000:.1f} ms",
         "",
     ]
@@ -148,7 +152,15 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
         lines += ["", "checked first (not sizes):"] + [f"    {s}" for s in static_lines(gs)]
     if info.dynamic:
         lines += ["", *_dynamic_lines(gs, info)]
+    lines += failure_lines(info)
     return "\n".join(lines)
+
+
+def failure_lines(info: ReportInfo, prefix: str = "") -> list[str]:
+    """The stages after the guards that failed, each with its error."""
+    if not info.failures:
+        return []
+    return ["", f"{prefix}# failed after the guards were computed:"] + [f"{prefix}{stage}: {msg}" for stage, msg in info.failures]
 
 
 def path_lines(gs: GuardSet, rejected: int = 6) -> list[str]:
@@ -234,22 +246,20 @@ def beyond_export(gs: GuardSet, dynamic: Sequence[str]) -> list[str]:
             "its dynamic sizes are at least 2"]
 
 
-def export_checked(gs: GuardSet, info: ReportInfo, trace: Any, dtype: str) -> Any:
+def export_checked(gs: GuardSet, info: ReportInfo, trace: Any) -> Any:
     """The --export-check: the --dynamic spec through torch.export, at example inputs of the
-    traced sizes (random tensors of `dtype`, zeros when it is not floating point)."""
-    import torch
-
+    spec's example sizes, made from the traced inputs (their dtypes and values, resized)."""
     from guardsolve.pytorch.export_check import ExportCheckError, check_with_export
+    from guardsolve.solve.paths import _resized
 
     if not info.dynamic:
         raise ExportCheckError("--export-check checks the --dynamic spec: give --dynamic DIM")
-    if trace is None or trace.fn is None:
+    if trace is None or trace.fn is None or trace.inputs is None:
         raise ExportCheckError(f"--export-check needs a function target: {info.target} is a saved graph, "
                                "and torch.export needs the program")
     j = judgement(gs, info)
-    dt = getattr(torch, dtype)
-    args = [(torch.randn if dt.is_floating_point else torch.zeros)([j.example[d] for d in p.dims], dtype=dt)
-            if p.kind == "tensor" else j.example[p.name] for p in trace.signature]
+    args = [_resized(v, [j.example[d] for d in p.dims]) if p.kind == "tensor" else j.example[p.name]
+            for p, v in zip(trace.signature, trace.inputs)]
     return check_with_export(j, trace.fn, args)
 
 
@@ -273,7 +283,8 @@ def python_report(gs: GuardSet, info: ReportInfo) -> str:
         if name in used:
             _define(name, value, imports, values)
     out = lines + sorted(set(imports), key=lambda i: (not i.startswith("import"), i)) + values + ["", "", body]
-    return "\n".join(out) if imports or values else "\n".join(lines + [body])
+    text = "\n".join(out) if imports or values else "\n".join(lines + [body])
+    return text + "\n".join(failure_lines(info, "# "))
 
 
 def _identifiers(source: str) -> set[str]:
@@ -296,6 +307,14 @@ def _define(name: str, value: Any, imports: list[str], values: list[str]) -> Non
     elif isinstance(value, torch.device):
         imports.append("import torch")
         values.append(f"{name} = torch.device({str(value)!r})")
+    elif callable(value) and str(getattr(value, "__module__", "")).startswith("guardsolve."):
+        # NOTE: standalone: guardsolve's own helpers (contiguous strides, value keys) are printed inline
+        import inspect
+        import textwrap
+
+        values.append(textwrap.dedent(inspect.getsource(value)).rstrip())
+        if value.__name__ != name:
+            values.append(f"{name} = {value.__name__}")
     elif callable(value) and getattr(value, "__module__", None) and "<" not in getattr(value, "__qualname__", "<"):
         qual = value.__qualname__
         imports.append(f"from {value.__module__} import {qual}" + ("" if qual == name else f" as {name}"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import re
 import sys
 import types
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from guardsolve.cli.args import parse_dtypes, parse_shape, parse_values
 from guardsolve.errors import GuardsolveError
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.node import short_path
@@ -32,24 +34,7 @@ class Loaded:
     inputs: str
     from_file: bool = False
     trace: Any = None  # the `Trace` of a function target: its static guards (dtype, device, ...)
-
-
-def parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
-    """`a=4,8` -> ("a", (4, 8)); `s=` is a 0-d tensor.
-
-    >>> parse_shape("x=2,3")
-    ('x', (2, 3))
-    """
-    name, sep, dims = spec.partition("=")
-    if not sep or not name.isidentifier():
-        raise TargetError(f"malformed --shape {spec!r}: expected NAME=D0,D1,... (e.g. x=4,8)")
-    try:
-        shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
-    except ValueError:
-        raise TargetError(f"malformed --shape {spec!r}: dims must be integers") from None
-    if any(d < 0 for d in shape):
-        raise TargetError(f"malformed --shape {spec!r}: dims must be non-negative")
-    return name, shape
+    input_specs: dict[str, Any] | None = None  # JSON's `inputs`: each input's shape and dtype
 
 
 def parse_int(spec: str) -> tuple[str, int]:
@@ -62,9 +47,30 @@ def parse_int(spec: str) -> tuple[str, int]:
         raise TargetError(f"malformed --int {spec!r}: expected NAME=VALUE (e.g. n=3)") from None
 
 
-def load_callable(target: str) -> Callable[..., Any]:
+def _builtin(fn: Callable[..., Any], target: str, shaped: Mapping[str, Any],
+             given: Mapping[str, Any]) -> tuple[Callable[..., Any], list[str]]:
+    """A function whose parameters Python cannot read (a builtin such as `torch:relu`) is traced
+    through a function over the inputs named on the command line, in their order."""
+    import inspect
+
+    target_fn = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    try:
+        inspect.signature(target_fn)
+    except (TypeError, ValueError):
+        names = list(given)
+        if not names:
+            raise TargetError(f"{target} is a builtin whose parameters Python cannot read: name its inputs, in "
+                              "order, with --shape NAME=D0,D1,... (and --int NAME=V)") from None
+        namespace: dict[str, Any] = {"_fn": fn}
+        exec(f"def {target.rpartition(':')[2].replace('.', '_')}({', '.join(names)}):\n"
+             f"    return _fn({', '.join(names)})", namespace)
+        return next(v for k, v in namespace.items() if k != "_fn" and callable(v) and k != "__builtins__"), names
+    return fn, _params(fn, given)
+
+
+def load_callable(target: str, train: bool = False) -> Callable[..., Any]:
     """`path/to/script.py:fn` or `package.module:fn`; an `nn.Module` class or a factory taking no
-    arguments is called to make the module."""
+    arguments is called to make the module, in eval mode unless `train`."""
     where, sep, attr = target.rpartition(":")
     if not sep or not attr:
         raise TargetError(f"target {target!r} is neither a graph file nor MODULE:CALLABLE")
@@ -77,7 +83,7 @@ def load_callable(target: str) -> Callable[..., Any]:
     if not callable(fn):
         raise TargetError(f"{target} is not callable")
     if isinstance(fn, torch.nn.Module):
-        fn.eval()
+        fn.train(train)
     return fn
 
 
@@ -175,16 +181,35 @@ def _top_level_names(path: str) -> str:
     return "it defines " + ", ".join(names) if names else "it defines no functions or classes"
 
 
-def _example_tensor(name: str, shape: tuple[int, ...], dt: torch.dtype) -> torch.Tensor:
-    """A random example tensor; sizes that cannot be allocated are one clear error, not an OOM kill."""
+def _example_tensor(name: str, shape: tuple[int, ...], dt: torch.dtype, fill: tuple[Any, ...] | None = None) -> torch.Tensor:
+    """An example tensor; sizes that cannot be allocated are one clear error, not an OOM kill."""
     size = math.prod(shape) * dt.itemsize
     budget = _memory_bytes() // 2
     if size > budget:
         raise TargetError(f"--shape {name}={','.join(map(str, shape))}: the example tensor needs "
                           f"{size / 2**30:.1f} GiB, more than half of this machine's memory; "
                           f"trace at smaller sizes (the guards hold for every size they accept)")
+    if fill is None:
+        fill = ("randn",) if dt.is_floating_point or dt.is_complex else ("ones",) if "mask" in name.lower() \
+            else ("randint", 0, 2)
     try:
-        return torch.randn(shape, dtype=dt) if dt.is_floating_point else torch.zeros(shape, dtype=dt)
+        match fill:
+            case ("randn",) | ("rand",) if not (dt.is_floating_point or dt.is_complex):
+                raise TargetError(f"--values {name}={fill[0]}: {name} is {str(dt).removeprefix('torch.')}; "
+                                  f"use randint:LO,HI, ones or zeros")
+            case ("randn",):
+                return torch.randn(shape, dtype=dt)
+            case ("rand",):
+                return torch.rand(shape, dtype=dt)
+            case ("ones",):
+                return torch.ones(shape, dtype=dt)
+            case ("zeros",):
+                return torch.zeros(shape, dtype=dt)
+            case ("arange",):
+                return torch.arange(math.prod(shape)).reshape(shape).to(dt)
+            case ("randint", lo, hi):
+                return torch.randint(lo, hi, shape).to(dt)
+        raise TargetError(f"--values {name}: unknown fill {fill!r}")
     except (RuntimeError, MemoryError) as e:
         raise TargetError(f"--shape {name}={','.join(map(str, shape))}: cannot allocate the example "
                           f"tensor: {str(e).splitlines()[0]}") from None
@@ -211,18 +236,43 @@ def _named(specs: Sequence[str], flag: str, parse: Callable[[str], tuple[str, An
 
 
 def load(target: str, shapes: Sequence[str] = (), ints: Sequence[str] = (),
-         dtype: str = "float32", value_guards: bool = False) -> Loaded:
-    """The graph of a target: read from a file, or traced on random inputs."""
+         dtype: Sequence[str] | str = (), value_guards: bool = False, values: Sequence[str] = (),
+         train: bool = False) -> Loaded:
+    """The graph of a target: read from a file, or traced on example inputs."""
     if ":" not in target or (os.path.exists(target) and not target.endswith(".py")):
         return _read_graph(target)
-    fn, names, args = load_args(target, shapes, ints, dtype)
+    fn, names, args = load_args(target, shapes, ints, dtype, values, train)
     try:
         t = trace(fn, *args, value_guards=value_guards)
     except GuardsolveError:
         raise
     except Exception as e:
-        raise TargetError(f"{target} raised while tracing: {type(e).__name__}: {e} ({_user_frame(e)})") from e
-    return Loaded(t.graph, target, describe_args(names, args), trace=t)
+        raise TargetError(f"{target} raised while tracing: {type(e).__name__}: {e} ({_user_frame(e)})"
+                          f"{_dtype_hint(e, names, args)}") from e
+    return Loaded(t.graph, target, describe_args(names, args), trace=t, input_specs=input_specs(names, args))
+
+
+def _dtype_hint(e: BaseException, names: Sequence[str], args: Sequence[Any]) -> str:
+    """`; pass --dtype ids=int64` when the failure says an integer tensor was expected."""
+    text = str(e)
+    if not re.search(r"\b(Long|Int)\b.*(scalar type|but got)|scalar types?:? Long|expected scalar type (Long|Int)"
+                     r"|indices? (must|should) be|IndexError.*tensors used as indices", text):
+        return ""
+    floats = [n for n, a in zip(names, args) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    if not floats:
+        return ""
+    return "; an integer tensor was expected: pass " + " ".join(f"--dtype {n}=int64" for n in floats[:2])
+
+
+def input_specs(names: Sequence[str], args: Sequence[Any]) -> dict[str, Any]:
+    """The inputs as JSON reads them: `{"x": {"shape": [3, 8], "dtype": "float32"}, "n": {"int": 3}}`."""
+    out: dict[str, Any] = {}
+    for n, a in zip(names, args):
+        if isinstance(a, torch.Tensor):
+            out[n] = {"shape": list(a.shape), "dtype": str(a.dtype).removeprefix("torch.")}
+        else:
+            out[n] = {"int": a} if isinstance(a, int) and not isinstance(a, bool) else {"value": repr(a)}
+    return out
 
 
 def describe_args(names: Sequence[str], args: Sequence[Any]) -> str:
@@ -230,17 +280,25 @@ def describe_args(names: Sequence[str], args: Sequence[Any]) -> str:
 
 
 def load_args(target: str, shapes: Sequence[str] = (), ints: Sequence[str] = (),
-              dtype: str = "float32") -> tuple[Callable[..., Any], list[str], list[Any]]:
-    """A function target, its parameters' names and example arguments (random tensors)."""
-    dt = getattr(torch, dtype, None)
-    if not isinstance(dt, torch.dtype):
-        raise TargetError(f"unknown --dtype {dtype!r}")
+              dtype: Sequence[str] | str = (), values: Sequence[str] = (),
+              train: bool = False) -> tuple[Callable[..., Any], list[str], list[Any]]:
+    """A function target, its parameters' names and example arguments: tensors of each input's
+    dtype (`--dtype [NAME=]DTYPE`), filled as `--values NAME=KIND` says (by default floats
+    random normal, integers random in [0, 2), ones for an input named *mask*)."""
+    default, per_name = parse_dtypes([dtype] if isinstance(dtype, str) else dtype)
+    fills = dict(parse_values(v) for v in values)
     seen: dict[str, str] = {}
     shaped = _named(shapes, "--shape", parse_shape, seen)
     given: dict[str, Any] = {**_named(ints, "--int", parse_int, seen)}
-    fn = load_callable(target)
-    given.update((name, _example_tensor(name, shape, dt)) for name, shape in shaped.items())
-    names = _params(fn, given)
+    for flag, names_given in (("--dtype", per_name), ("--values", fills)):
+        stray = [n for n in names_given if n not in shaped]
+        if stray:
+            raise TargetError(f"{flag} {stray[0]}=...: no --shape {stray[0]}=... names that input "
+                              f"(tensors: {', '.join(shaped) or 'none'})")
+    fn = load_callable(target, train)
+    given.update((name, _example_tensor(name, shape, getattr(torch, per_name.get(name, default)), fills.get(name)))
+                 for name, shape in shaped.items())
+    fn, names = _builtin(fn, target, shaped, given)
     unknown = [n for n in given if n not in names]
     if unknown:
         raise TargetError(f"{target} has no parameter {unknown[0]!r} (parameters: {', '.join(names)})")
@@ -274,7 +332,7 @@ def _params(fn: Callable[..., Any], given: Mapping[str, Any]) -> list[str]:
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
-        raise TargetError(f"cannot read the parameters of {fn!r}") from None
+        raise TargetError(f"cannot read the parameters of {fn!r}: name its inputs with --shape NAME=... in order") from None
     positional = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     n = sum(1 for p in positional if p.default is p.empty)
     n = max([n] + [i + 1 for i, p in enumerate(positional) if p.name in given])
@@ -313,7 +371,8 @@ def render_dot(text: str, path: str) -> None:
 
 
 def new_dims(gs: Any, dims: Sequence[str], shapes: Sequence[str]) -> dict[str, int]:
-    """Dim values from `--dims a0=4,b0=8` and/or new shapes `--at a=4,8`."""
+    """Dim values from `--dims a0=4,b0=8` and/or new shapes `--at a=4,8`; a dim not named keeps
+    its value in the traced example."""
     out: dict[str, int] = {}
     for spec in dims:
         for item in spec.split(","):
@@ -352,7 +411,8 @@ def new_dims(gs: Any, dims: Sequence[str], shapes: Sequence[str]) -> dict[str, i
     negative = [d for d in out if d in gs.sizes and out[d] < 0]
     if negative:
         raise TargetError(f"--dims {negative[0]}={out[negative[0]]}: a size is >= 0 (only int arguments may be negative)")
-    missing = [d for d in gs.dims if d not in out]
+    example = gs.graph.meta.get("example") or {}
+    missing = [d for d in gs.dims if d not in out and d not in example]
     if missing:
         raise TargetError(f"no value for dim {missing[0]!r}: give --dims {missing[0]}=N")
-    return out
+    return {d: out[d] if d in out else example[d] for d in gs.dims}  # NOTE: dims not named keep the example's

@@ -84,7 +84,7 @@ def layout_guard(name: str, t: torch.Tensor, exact: bool) -> StaticGuard:
         if not exact:
             return StaticGuard(f"{name}.is_contiguous()", f"{name}.is_contiguous()", f"{name}.is_contiguous()")
         offset = t.storage_offset()
-        return StaticGuard(f"{name}.stride() == contiguous_strides({name}.shape) and {name}.storage_offset() == {offset}",
+        return StaticGuard(f"{name}.stride() == torch.empty({name}.shape).stride() and {name}.storage_offset() == {offset}",
                            f"{name}.stride() == _contiguous_strides({name}.shape) and {name}.storage_offset() == {offset}",
                            f"({name}.stride(), {name}.storage_offset())")
     stride, offset = tuple(t.stride()), t.storage_offset()
