@@ -582,3 +582,118 @@ def test_report_via_torch_compile_errors(extra: list[str], message: str, capsys:
     assert main(["report", COMPILED, "--shape", "x=12", "--shape", "y=13", "--via", "torch.compile", *extra]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"guardsolve: error: {message}"
+
+
+# -- arguments answered before torch loads ------------------------------------------------------
+
+MISTAKES = [
+    (["report", "mynet.TinyNet", "--shape", "x=2,3"], "did you mean mynet:TinyNet?"),
+    (["report", "examples/mlp.MLP", "--shape", "x=2,3"], "did you mean examples/mlp.py:MLP?"),
+    (["report", "examples/mlp.py:MLP", "--shape", "x=(2,3,16,16)"], "write --shape x=2,3,16,16"),
+    (["report", "examples/mlp.py:MLP", "--shape", "x=2x3x16x16"], "write --shape x=2,3,16,16"),
+    (["report", "examples/mlp.py:MLP", "--shape", "x=2,64", "--dtype", "flaot32"], "did you mean float32?"),
+    (["report", "examples/mlp.py:MLP", "--shape", "x=2,64", "--dtype", "x=fp17"], "valid: float32, float64"),
+    (["report", "examples/mlp.py:MLP", "--shape", "x=2,64", "--values", "x=randint:5,1"], "x=randint:0,100"),
+    (["report", "examples/mlp.py:MLP", "--shape", "x=2,64", "--values", "x=gauss"], "valid: randint:LO,HI"),
+    (["report", "examples/mlp.py:MLP", "--shape", "x=2,64", "--export-check"], "give --dynamic DIM"),
+    (["report", "examples/nope.py:f", "--shape", "x=2"], "no such file: examples/nope.py"),
+    (["report", "examples/mlp.py:MLP", "--shape", "x=2,64", "--format", "dot", "-o", "g.jpg"], "renders .svg, .png or .pdf"),
+]
+
+
+@pytest.mark.parametrize("argv, fix", MISTAKES, ids=[" ".join(a[1:]) for a, _ in MISTAKES])
+def test_argument_mistakes_are_answered_at_once(argv: list[str], fix: str) -> None:
+    import time
+
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "guardsolve", *argv], capture_output=True, text=True, cwd=ROOT,
+                         timeout=60)
+    wall = time.perf_counter() - t0
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("guardsolve: error: ") and fix in out.stderr
+    assert wall < 0.5, f"{wall:.2f} s: the mistake was answered after heavy imports"
+    assert "torch" not in sys.modules or True  # NOTE: the wall time above is the test: torch alone takes seconds
+
+
+def test_rendering_without_graphviz_is_refused_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    from guardsolve.cli.args import ArgumentError, check_output
+
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(ArgumentError, match=r"-o g.svg: rendering .svg needs Graphviz's `dot` on PATH.*-o g.dot"):
+        check_output("g.svg", "dot")
+
+
+def test_dtype_aliases() -> None:
+    from guardsolve.cli.args import parse_dtype
+
+    assert [parse_dtype(t) for t in ("fp16", "torch.float16", "half", "bf16", "torch.int64", "double")] == [
+        "float16", "float16", "float16", "bfloat16", "int64", "float64"]
+
+
+def test_per_input_dtype_and_values(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "emb.py"
+    script.write_text("import torch\n"
+                      "def embed(ids, weights, mask):\n"
+                      "    return torch.nn.functional.embedding(ids, weights) * mask.unsqueeze(-1)\n")
+    assert main(["report", f"{script}:embed", "--shape", "ids=2,5", "--shape", "weights=10,4", "--shape", "mask=2,5",
+                 "--dtype", "ids=int64", "--dtype", "mask=int64", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["inputs"]["ids"] == {"shape": [2, 5], "dtype": "int64"}
+    assert doc["inputs"]["weights"] == {"shape": [10, 4], "dtype": "float32"}
+    assert main(["report", f"{script}:embed", "--shape", "ids=2,5", "--shape", "weights=10,4", "--shape", "mask=2,5",
+                 "--dtype", "int64", "--dtype", "weights=float32", "--values", "ids=randint:0,10"]) == 0
+    capsys.readouterr()
+    from guardsolve.cli.targets import load_args
+
+    _, names, args = load_args(f"{script}:embed", ["ids=2,5", "weights=10,4", "mask=2,5"], [], ["int64", "weights=float32"])
+    ids, weights, mask = args
+    assert names == ["ids", "weights", "mask"] and ids.dtype == torch.int64 and weights.dtype == torch.float32
+    assert bool(mask.eq(1).all()) and 0 <= int(ids.min()) and int(ids.max()) < 2  # the default fills
+    _, _, (ids, _, _) = load_args(f"{script}:embed", ["ids=2,5", "weights=10,4", "mask=2,5"], [], ["int64"],
+                                  ["ids=arange"])
+    assert ids.flatten().tolist() == list(range(10))
+    # an int64 input traced as float32: the failure names the fix
+    assert main(["report", f"{script}:embed", "--shape", "ids=2,5", "--shape", "weights=10,4",
+                 "--shape", "mask=2,5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--dtype ids=int64" in err
+
+
+def test_train_mode_is_a_flag(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "drop.py"
+    script.write_text("import torch\n"
+                      "class Net(torch.nn.Module):\n"
+                      "    def forward(self, x):\n"
+                      "        return x * 2 if self.training else x * 3\n")
+    assert main(["report", f"{script}:Net", "--shape", "x=3", "--format", "json"]) == 0
+    eval_trace = json.loads(capsys.readouterr().out)
+    assert main(["report", f"{script}:Net", "--shape", "x=3", "--train", "--format", "json"]) == 0
+    train_trace = json.loads(capsys.readouterr().out)
+    assert eval_trace["static"] != train_trace["static"] or eval_trace != train_trace
+
+
+def test_builtin_torch_function_target(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", "torch:relu", "--shape", "input=2,3"]) == 0
+    assert "inputs: input=[2, 3]" in capsys.readouterr().out
+
+
+def test_export_check_failure_keeps_the_report(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "out.py"
+    script.write_text("import torch\n"
+                      "class Box:\n"
+                      "    def __init__(self, t):\n"
+                      "        self.t = t\n"
+                      "def boxed(x):\n"
+                      "    return Box(x * 2)\n")
+    assert main(["report", f"{script}:boxed", "--shape", "x=4,3", "--dynamic", "x0", "--export-check"]) == 2
+    cap = capsys.readouterr()
+    assert "minimal (irredundant): proved" in cap.out and "# dynamic_shapes for torch.export.export" in cap.out
+    assert "# failed after the guards were computed:\n--export-check: torch.export cannot export" in cap.out
+    assert cap.err.count("\n") == 1 and "--export-check failed after the guards were computed" in cap.err
+
+
+def test_check_dims_default_to_the_example(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims", "a0=5",
+                 "--no-explore"]) == 1  # b0 stays 4
+    assert "guard failed: a0 == b0 (a0=5, b0=4)" in capsys.readouterr().out

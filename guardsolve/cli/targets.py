@@ -244,8 +244,11 @@ def load(target: str, shapes: Sequence[str] = (), ints: Sequence[str] = (),
     fn, names, args = load_args(target, shapes, ints, dtype, values, train)
     try:
         t = trace(fn, *args, value_guards=value_guards)
-    except GuardsolveError:
-        raise
+    except GuardsolveError as e:
+        hint = _dtype_hint(e, names, args)
+        if not hint:
+            raise
+        raise TargetError(f"{str(e).splitlines()[0]}{hint}") from e
     except Exception as e:
         raise TargetError(f"{target} raised while tracing: {type(e).__name__}: {e} ({_user_frame(e)})"
                           f"{_dtype_hint(e, names, args)}") from e
