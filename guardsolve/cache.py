@@ -400,6 +400,12 @@ class GuardedFunction:
 
     # -- bookkeeping -----------------------------------------------------------------------
 
+    def __repr__(self) -> str:
+        info = self.cache_info()
+        name = getattr(self.fn, "__qualname__", None) or type(self.fn).__name__
+        return (f"<GuardedFunction {name}: {info.entries}/{self.max_entries} entries, {info.hits} hits, "
+                f"{info.misses} misses, {info.traces} traces>")
+
     def cache_info(self) -> CacheInfo:
         log = list(self._log)  # NOTE: one C call, atomic under the GIL
         reasons = tuple(r for m in log for r in ((m,) if isinstance(m, str) else m.reasons()))

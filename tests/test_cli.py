@@ -26,7 +26,7 @@ def test_report_on_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert "trace: 3 nodes; 4 bailouts -> 1 minimal guard" in out
     assert "minimal (irredundant): proved; equivalence and minimality verified by z3" in out
     assert "\n(a0 == 1) or (a0 == b0) or (b0 == 1)\n" in out and "notebook.py:47  return a + b" in out
-    assert "same trace at a0=1: assert not (a0 == 1) answered otherwise" in out
+    assert "same trace at a0=1: a0 != 1 answered otherwise" in out
 
 
 def test_report_on_saved_trace(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,9 +117,10 @@ def test_json_format(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Mon
     assert doc["inputs"] == {"a": {"shape": [4], "dtype": "float32"}, "b": {"shape": [4], "dtype": "float32"}}
     assert [g["guard"] for g in doc["guards"]] == ["a0 == b0", "a0 != 1"]
     src = doc["guards"][0]["sources"][0]
-    assert src == {"bailout": "assert (a0 == b0)", "file": "examples/notebook.py", "line": 47, "code": "return a + b"}
+    assert src == {"bailout": "a0 == b0", "bailout_raw": "assert (a0 == b0)", "file": "examples/notebook.py",
+                   "line": 47, "code": "return a + b"}
     assert doc["minimal"] is True
-    assert [x["bailout"] for x in doc["implied"]] == ["assert (a0 >= 0)"]
+    assert [x["bailout"] for x in doc["implied"]] == ["a0 >= 0"] and doc["implied"][0]["bailout_raw"] == "assert (a0 >= 0)"
     # NOTE: b0 is static (not declared), so a0 == b0 pins a0 to b0's example value
     (v,) = doc["dynamic"]["violations"]
     assert (v["kind"], v["fixes"], v["witness"], doc["dynamic"]["example"]) == ("static", ["a0 = 4"], {"a0": 2}, {"a0": 4, "b0": 4})

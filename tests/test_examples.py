@@ -85,3 +85,37 @@ def test_example_programs_against_eager_and_exact(name: str, factory: str, shape
         assert path.check(*new) == route, [tuple(x.shape) for x in new]  # the example's path: exact
         assert not gs.check(*new) or same, [tuple(x.shape) for x in new]  # merged routes: sound
         assert gs.check(*new) or not path.check(*new), [tuple(x.shape) for x in new]  # and wider
+
+
+@pytest.mark.slow
+def test_notebook_executes() -> None:
+    """examples/tracing_guards.ipynb: the seed's story on PyTorch's rules, run cell by cell
+    (`pip install -e '.[notebook]'`)."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    root = pathlib.Path(__file__).parent.parent
+    nb = nbformat.read(root / "examples/tracing_guards.ipynb", as_version=4)
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(root)}}).execute()
+    text = "\n".join(str(o.get("text") or o.get("data", {}).get("text/plain", ""))
+                     for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    html = "\n".join(o.get("data", {}).get("text/html", "") for c in nb.cells if c.cell_type == "code"
+                     for o in c.outputs)
+    assert "<Trace of add at a=[4], b=[4]: 3 nodes, 4 bailouts>" in text
+    assert "a0 == b0\na0 != 1" in text and "(a0 == 1) or (a0 == b0) or (b0 == 1)" in text
+    assert "equivalent to the original bailouts (z3, both directions): True" in text
+    assert "<th>guard</th><th>kind</th><th>sources</th>" in html
+    assert "<th>Dynamo's guards and their sources</th>" in html  # the torch.compile report renders too
+    assert "Dynamo's shape guards: 2 -> 2 minimal" in text
+
+
+def test_guardset_renders_in_jupyter() -> None:
+    import torch
+
+    import guardsolve
+
+    gs = guardsolve.simplify(guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4)), explore=False)
+    html = gs._repr_html_()
+    assert html.startswith("<div><b>GuardSet</b>: 2 guards over a0, b0 (minimal)")
+    assert "<tr><td><code>a0 == b0</code></td><td>eq</td>" in html and "aten.add.Tensor" not in html
+    assert "8 static guards (checked first)" in html and "<code>a.dtype == torch.float32</code>" in html

@@ -293,7 +293,9 @@ def test_explain_names_source_lines() -> None:
     gs = simplify(guardsolve.trace(f, torch.randn(3), torch.randn(3)).graph, explore=False)
     text = gs.explain()
     assert "x0 == y0" in text and "assert x.shape[0] == y.shape[0]" in text and "test_simplify.py:" in text
-    assert "assert (x0 == y0)" in text
+    assert "from x0 == y0  at" in text  # the bailout as the condition it asserts, normalized
+    assert "implied by the above (dropped): 1\n" in text and "(1 bailout, e.g. x0 >= 0)" in text
+    assert "    x0 >= 0  at " in gs.explain(verbose=True)
 
 
 def test_verify_raises_with_counterexample_on_a_wrong_set() -> None:

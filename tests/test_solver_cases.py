@@ -458,7 +458,7 @@ def test_cancel_divides_a_positive_dim_out_of_a_comparison(asserts: list[str], e
     # differently breaks the tie the other way.
     (["x0 <= 2 or x0 >= 5", "(x0 - 3) * (x0 - 4) > 0"], ["7*x0 <= x0*x0 + 11"]),
     (["x0 // 3 == 0", "x0*x0*x0*x0 <= 16"], ["x0*x0*x0*x0 <= 16"]),
-    (["x0*x0*x0*x0 <= 16", "x0 // 3 == 0"], ["x0 // 3 == 0"]),
+    (["x0*x0*x0*x0 <= 16", "x0 // 3 == 0"], ["x0 <= 2"]),  # NOTE: kept, and read as what it means (solve.readable)
 ])
 def test_z3_removal_order_on_a_complexity_tie(asserts: list[str], expected: list[str]) -> None:
     assert exact(asserts, hi=8) == expected
@@ -587,7 +587,8 @@ def test_a_disequality_on_a_single_point_names_its_mixed_provenance() -> None:
 
 @pytest.mark.parametrize("asserts, sizes, expected", [
     # a division inside a sum renders with the dim order, parenthesized
-    (["x0 + x0 % 3 <= 5"], "x0 y0", ["x0 + (x0 % 3) <= 5"]),
+    (["x0 + y0 % 3 <= 5"], "x0 y0", ["x0 + (y0 % 3) <= 5"]),
+    (["x0 + x0 % 3 <= 5"], "x0 y0", ["x0 <= 4"]),  # NOTE: over one dim, read as what it means (solve.readable)
     (["2 * (x0 % 3) + y0 != 4"], "x0 y0", ["y0 + 2*(x0 % 3) != 4"]),
     (["(y0 + x0) % 3 == 0"], "y0 x0", ["(y0 + x0) % 3 == 0"]),
     # guards sort by their dims in input order (y0 first here), not by name

@@ -51,7 +51,8 @@ def _sources(gs: GuardSet, nodes: Sequence[int], graph_file: str | None) -> list
         n = gs.graph.nodes[i]
         loc = n.meta.get("loc")
         out.append({
-            "bailout": gs._describe(i),
+            "bailout": gs._reading(i) if i not in gs.value_guards else gs._data_decision(i),
+            "bailout_raw": gs._describe(i),
             "file": loc.short_file if loc else graph_file,
             "line": loc.line if loc else n.meta.get("trace_line", n.meta.get("line")),
             "code": loc.code if loc else (str(n.meta["trace_node"]) if "trace_node" in n.meta else None),
@@ -145,7 +146,7 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
                 lines.append(f"    {origin}")
     lines += path_lines(gs)
     for i in gs.value_guards:
-        lines.append(f"not checkable from shapes alone: {gs._describe(i)}  at {gs._origin(i)}")
+        lines.append(f"not checkable from shapes alone: {gs._data_decision(i)}  at {gs._origin(i)}")
     for u in gs.undecided:
         lines.append(f"note: {u}")
     if gs.static:
@@ -177,7 +178,7 @@ def path_lines(gs: GuardSet, rejected: int = 6) -> list[str]:
     for p in gs.paths:
         asked = gs._answered_otherwise(p.point)
         where = f" — {gs._origin(asked[0])}" if asked else ""
-        lines.append(f"    same trace at {p.describe()}: {gs._describe(asked[0]) if asked else 'another route'}"
+        lines.append(f"    same trace at {p.describe()}: {gs._reading(asked[0]) if asked else 'another route'}"
                      f" answered otherwise{where}")
     for p in gs.probes[:rejected]:
         lines.append(f"    rejected at {p.describe()}: {p.because()}")

@@ -727,6 +727,26 @@ class CompileReport:
             lines += ["", *f.lines()]
         return "\n".join(lines)
 
+    def _repr_html_(self) -> str:
+        """Per frame, a table of each minimal guard with Dynamo's guards behind it and their sources."""
+        import html
+
+        parts = [f"<div><b>{html.escape(self.target)}</b> (torch.compile): {self.counts()['dynamo_guards']} Dynamo "
+                 f"shape guards &rarr; {self.counts()['minimal_guards']} minimal"]
+        for f in self.frames:
+            rows = []
+            for c in f.guards:
+                behind = {f.dynamo_guards[k].code: "; ".join(
+                    map(str, f.dynamo_guards[k].sources)) for i in sorted(c.prov)
+                    if (k := f.guards.graph.nodes[i].meta.get("dynamo")) is not None}
+                rows.append(f"<tr><td><code>{html.escape(c.text)}</code></td><td>"
+                            + "<br>".join(f"<code>{html.escape(d)}</code> &larr; {html.escape(s)}" for d, s in behind.items())
+                            + "</td></tr>")
+            parts.append(f"<p>frame {html.escape(f.compile_id)} <code>{html.escape(f.name)}</code> "
+                         f"({html.escape(f.file)}:{f.line})</p><table><thead><tr><th>guard</th>"
+                         f"<th>Dynamo's guards and their sources</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+        return "".join(parts) + "</div>"
+
     def as_dict(self) -> dict[str, Any]:
         outer = self.frames[0].as_dict()
         return {"version": JSON_VERSION, "target": self.target, "via": "torch.compile", "counts": self.counts(),

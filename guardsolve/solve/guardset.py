@@ -155,7 +155,34 @@ class GuardSet:
         return "\n".join(c.text for c in self.constraints)
 
     def __repr__(self) -> str:
-        return f"GuardSet({[c.text for c in self.constraints]})"
+        """
+        >>> import torch, guardsolve
+        >>> guardsolve.simplify(guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4)))
+        <GuardSet of 1 guard over a0, b0 (minimal; 8 static): (a0 == 1) or (a0 == b0) or (b0 == 1)>
+        """
+        shown = "; ".join(c.text for c in self.constraints[:3]) + ("; ..." if len(self.constraints) > 3 else "")
+        n = len(self.constraints)
+        return (f"<GuardSet of {n} guard{'s' if n != 1 else ''} over {', '.join(self.dims) or 'no dims'} "
+                f"({'minimal' if self.minimal else 'not proved minimal'}; {len(self.static)} static)"
+                f"{': ' + shown if shown else ''}>")
+
+    def _repr_html_(self) -> str:
+        """A table of guard, kind and sources, then the static guards (Jupyter shows it)."""
+        import html
+
+        rows = []
+        for c in self.constraints:
+            sources = sorted({self._origin(i) for i in c.prov})
+            rows.append(f"<tr><td><code>{html.escape(c.text)}</code></td><td>{c.kind}</td>"
+                        f"<td>{'<br>'.join(html.escape(s) for s in sources)}</td></tr>")
+        static = "".join(f"<li><code>{html.escape(g.text)}</code></li>" for g in self.static)
+        n = len(self.constraints)
+        return (f"<div><b>GuardSet</b>: {n} guard{'s' if n != 1 else ''} over {html.escape(', '.join(self.dims))}"
+                f" ({'minimal' if self.minimal else 'not proved minimal'})"
+                "<table><thead><tr><th>guard</th><th>kind</th><th>sources</th></tr></thead>"
+                f"<tbody>{''.join(rows)}</tbody></table>"
+                + (f"<details><summary>{len(self.static)} static guards (checked first)</summary><ul>{static}</ul>"
+                   "</details>" if static else "") + "</div>")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, GuardSet):
@@ -295,6 +322,23 @@ class GuardSet:
             return f"{self._printed[n.outputs[0]]} needs a non-zero divisor"
         return str(n)
 
+    def _data_decision(self, i: int) -> str:
+        """A bailout on tensor data, by the trace node that read the data (not an internal name)."""
+        n = self.graph.nodes[i]
+        by_name = {o: m for m in self.graph.nodes for o in m.outputs}
+        stack, seen = list(n.inputs), set()
+        while stack:
+            v = stack.pop()
+            if v in seen or v not in by_name:
+                continue
+            seen.add(v)
+            m = by_name[v]
+            if m.op.value == "bool_opaque":
+                node = m.meta.get("trace_node")
+                return f"a decision on tensor data ({node})" if node is not None else "a decision on tensor data"
+            stack.extend(m.inputs)
+        return self._describe(i)
+
     def _asked(self, i: int) -> str:
         """` (aten.add.Tensor's shape rule)`: the op whose shape rule asked bailout `i`, if any."""
         op = self.graph.nodes[i].meta.get("op")
@@ -314,8 +358,52 @@ class GuardSet:
         line = n.meta.get("line")
         return f"guard graph line {line}: {n}" if line is not None else f"node {i}: {n}"
 
-    def explain(self) -> str:
-        """Each constraint with the original bailouts it stands for and their source lines."""
+    def _reading(self, i: int) -> str:
+        """A bailout as the condition it asserts, normalized for reading (`x2 >= 4` for
+        `assert not (((x2 - 2) // 2) == 0)`); `_describe` keeps the raw form."""
+        if self.__dict__.get("_readings") is None:
+            self.__dict__["_readings"] = self._bailout_formulas()
+        f = self.__dict__["_readings"].get(i)
+        n = self.graph.nodes[i]
+        if f is None or n.op.value != "bool_bailout":
+            return self._describe(i)
+        from guardsolve.solve.constraint import DimOrder, render_formula
+        from guardsolve.solve.readable import readable_formula
+
+        text = render_formula(f, DimOrder(list(self.dims)))
+        if "//" in text or "%" in text:
+            found = readable_formula(f, self.sizes, self.dims, timeout_ms=200)
+            text = found[1] if found is not None else text
+        return text
+
+    def _bailout_formulas(self) -> dict[int, Any]:
+        """Each shape bailout's normalized formula (what it asserts), by node index."""
+        from guardsolve.guards.normalize import Found, symbolic_rules
+        from guardsolve.guards.shape import value_bailouts
+        from guardsolve.ir.interp import interpret
+
+        found = Found()
+        try:
+            interpret(self.graph, symbolic_rules(found))
+        except Exception:  # NOTE: a reading only: the raw form stays where the graph does not normalize
+            return {}
+        nodes = [i for i, n in enumerate(self.graph.nodes) if n.op.value == "bool_bailout"]
+        data = value_bailouts(self.graph)
+        return {i: f for i, f in zip(nodes, found.bailouts) if i not in data} if len(nodes) == len(found.bailouts) else {}
+
+    def _by_line(self, nodes: Sequence[int], verbose: bool) -> list[str]:
+        """Bailouts grouped by source line, with a count (each one listed when `verbose`)."""
+        if verbose:
+            return [f"    {self._reading(i)}  at {self._origin(i)}" for i in nodes]
+        groups: dict[str, list[int]] = {}
+        for i in nodes:
+            groups.setdefault(self._origin(i), []).append(i)
+        return [f"    {origin}  ({len(ids)} bailout{'s' if len(ids) != 1 else ''}, e.g. {self._reading(ids[0])})"
+                for origin, ids in groups.items()]
+
+    def explain(self, verbose: bool = False) -> str:
+        """Each constraint with the original bailouts it stands for and their source lines; the
+        dropped bailouts grouped by line with a count (each one with `verbose`)."""
         out: list[str] = []
         if self.static:
             out.append("checked first (static: not sizes):")
@@ -323,17 +411,17 @@ class GuardSet:
         for c in self.constraints:
             out.append(c.text)
             for i in sorted(c.prov):
-                out.append(f"    from {self._describe(i)}{self._asked(i)}  at {self._origin(i)}")
+                out.append(f"    from {self._reading(i)}{self._asked(i)}  at {self._origin(i)}")
         always = set(self.tautologies)
         for title, nodes in (("implied by the above (dropped):", sorted(self.implied - always)),
                              ("always true (dropped):", sorted(always))):
             if nodes:
-                out.append(title)
-                out += [f"    {self._describe(i)}  at {self._origin(i)}" for i in nodes]
+                out.append(f"{title} {len(nodes)}")
+                out += self._by_line(nodes, verbose)
         out += self._explain_paths()
         if self.value_guards:
             out.append("not checkable from shapes alone (checked while the trace runs):")
-            out += [f"    {self._describe(i)}  at {self._origin(i)}" for i in self.value_guards]
+            out += [f"    {self._data_decision(i)}  at {self._origin(i)}" for i in self.value_guards]
         if self.undecided:
             out.append("not proved minimal (solver undecided):")
             out += [f"    {u}" for u in self.undecided]
@@ -351,7 +439,7 @@ class GuardSet:
             out.append("accepted by other routes that record the same trace (traced again at these sizes):")
         for p in self.paths:
             flipped = self._answered_otherwise(p.point)
-            asked = "; ".join(f"{self._describe(i)}{self._asked(i)} at {self._origin(i)}" for i in flipped[:2])
+            asked = "; ".join(f"{self._reading(i)}{self._asked(i)} at {self._origin(i)}" for i in flipped[:2])
             more = f" (and {len(flipped) - 2} more)" if len(flipped) > 2 else ""
             out.append(f"    {p.describe()}: takes another route" + (f" where {asked}{more}" if asked else "")
                        + f"; its guards: {', '.join(c.text for c in p.guards) or 'none'}")

@@ -546,9 +546,23 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
         gs = _simplify(gg, False, timeout_ms, cap, auto=jobs is None)
     if explore is not False and explore != 0 and (isinstance(graph, Trace) or _saved_trace(graph)):
         gs = merge_paths(graph, gs, timeout_ms, limit=None if explore is True else int(explore))
+    gs = readable_guards(gs, timeout_ms)
     if verify:
         gs.verify(timeout_ms=timeout_ms)
     return gs
+
+
+def readable_guards(gs: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> GuardSet:
+    """The guards in their simplest forms (`solve.readable`), each proven equivalent under the
+    others; the same GuardSet when none is rewritten."""
+    from guardsolve.solve.readable import readable
+
+    if not any(c.kind == "general" for c in gs.constraints):
+        return gs
+    out = readable(gs.constraints, gs.sizes, gs.dims, min(timeout_ms, 1000))
+    if all(a is b for a, b in zip(out, gs.constraints)):
+        return gs
+    return gs.with_routes(gs.exploration, out, widened=gs.widened)
 
 
 def _saved_trace(graph: Any) -> bool:

@@ -63,6 +63,20 @@ class Trace:
     inputs: tuple[Any, ...] | None = field(default=None, repr=False)
     value_guards: bool = False
 
+    def __repr__(self) -> str:
+        """Short: what was traced and at which shapes, not the output tensor.
+
+        >>> import torch
+        >>> trace(lambda a, b: a + b, torch.ones(4), torch.ones(4))
+        <Trace of <lambda> at a=[4], b=[4]: 3 nodes, 4 bailouts>
+        """
+        name = getattr(self.fn, "__name__", None) or type(self.fn).__name__ if self.fn is not None else "a graph"
+        shapes = ", ".join(f"{p.name}={list(v.shape)}" if isinstance(v, torch.Tensor) else f"{p.name}={v}"
+                           for p, v in zip(self.signature, self.inputs or ())) if self.inputs else \
+            ", ".join(f"{p.name}" for p in self.signature)
+        bailouts = len(self.guards.bailouts()) if self.guards is not None else 0
+        return f"<Trace of {name} at {shapes}: {len(self.graph)} nodes, {bailouts} bailouts>"
+
     def guard_graph(self) -> Graph:
         """The guard graph: the one recorded while tracing (equal to `guard_graph(self.graph)`)."""
         if self.guards is not None:

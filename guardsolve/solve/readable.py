@@ -1,0 +1,342 @@
+"""Guards a person reads at a glance: each constraint in the simplest equivalent form found,
+proven equivalent by z3 before it replaces the solver's form.
+
+Two rewrites, each only where every divisor is a positive constant (no division by zero to
+keep):
+
+* **One dim.** A constraint over one size whose only non-linearity is `//` or `%` by constants
+  is periodic-linear: its truth at `x` is fixed by `x` modulo the lcm of its divisors once `x`
+  passes its constants. It is read off at the sizes up to a few periods and printed as what it
+  means: a range (`x2 >= 33`, `4 <= x2 <= 65`, `x2 == 7`), an exclusion (`x2 != 1`) or a residue
+  (`x2 % 4 == 0`, with a bound where it needs one). Inside an `or`/`and`, each part on its own.
+* **Several dims.** Nested divisions are flattened (`((x // 2) - 1) // 2` is `(x + 2) // 4 - 1`,
+  `(x // a) // b` is `x // (a*b)`), offsets inside a division brought to `[0, divisor)`, and the
+  polynomial over the division terms expanded and factored (sympy); the shortest text wins.
+
+>>> from guardsolve.guards.expr import Div, Poly, rel
+>>> x = Poly.var("x2")
+>>> d = lambda p, k: Poly.var(Div("floordiv", p, Poly.const(k)))
+>>> f = rel("ne", d(d(d(d(d(x - Poly.const(1), 2), 2), 2), 2), 2), Poly.const(0))
+>>> readable_formula(f, {"x2"}, ["x2"], background=[rel("ge", x, Poly.const(1))])[1]  # the other guards: x2 >= 1
+'x2 >= 33'
+>>> a = d(x - Poly.const(2), 2)
+>>> y = Poly.var("x3")
+>>> b = d(y - Poly.const(2), 2)
+>>> readable_formula(rel("eq", a + a * b + b, Poly.const(63)), {"x2", "x3"}, ["x2", "x3"])[1]
+'(x2 // 2)*(x3 // 2) == 64'
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, Sequence
+
+import z3
+
+from guardsolve.guards.expr import FALSE, TRUE, And, Const, Div, Formula, Or, Poly, Rel, atom_key, conj, disj, rel
+from guardsolve.solve.constraint import Constraint, DimOrder, render_formula
+from guardsolve.solve.smt import formula_to_z3, z3_vars
+
+PERIODS = 4  # NOTE: sizes read off: past the constants, this many periods of the lcm of the divisors
+MAX_SPAN = 4096  # a one-dim constraint whose constants and period need more sizes keeps its form
+TIMEOUT_MS = 1000
+MAX_REWRITES = 64  # general constraints with divisions a set may have for the pass to run
+
+
+# -- which constraints qualify --------------------------------------------------------------
+
+
+def _divs(f: Formula) -> Iterable[Div]:
+    if isinstance(f, Rel):
+        yield from _poly_divs(f.poly)
+    elif isinstance(f, (Or, And)):
+        for a in f.args:
+            yield from _divs(a)
+
+
+def _poly_divs(p: Poly) -> Iterable[Div]:
+    for m, _ in p.terms:
+        for a in m:
+            if isinstance(a, Div):
+                yield a
+                yield from _poly_divs(a.num)
+                yield from _poly_divs(a.den)
+
+
+def _constant_divisors(f: Formula) -> list[int] | None:
+    """The divisors of `f`, when every one is a positive constant; else None."""
+    out = []
+    for d in _divs(f):
+        if not d.den.is_const() or d.den.constant <= 0:
+            return None
+        out.append(d.den.constant)
+    return out
+
+
+# -- evaluation -----------------------------------------------------------------------------
+
+
+def _eval_poly(p: Poly, env: dict[str, int]) -> int:
+    total = 0
+    for m, c in p.terms:
+        v = c
+        for a in m:
+            v *= env[a] if isinstance(a, str) else _eval_div(a, env)
+        total += v
+    return total
+
+
+def _eval_div(d: Div, env: dict[str, int]) -> int:
+    n, k = _eval_poly(d.num, env), _eval_poly(d.den, env)
+    return n // k if d.kind == "floordiv" else n % k
+
+
+def holds(f: Formula, env: dict[str, int]) -> bool:
+    """`f` at concrete dims (every divisor non-zero: the caller checked they are constants)."""
+    if isinstance(f, Const):
+        return f.value
+    if isinstance(f, Rel):
+        v = _eval_poly(f.poly, env)
+        return {"eq": v == 0, "ne": v != 0, "le": v <= 0}[f.op]
+    vals = (holds(a, env) for a in f.args)
+    return any(vals) if isinstance(f, Or) else all(vals)
+
+
+# -- one dim --------------------------------------------------------------------------------
+
+
+def _constants(f: Formula) -> int:
+    """The largest constant in `f` (its offsets and coefficients)."""
+    best = 0
+    if isinstance(f, Rel):
+        stack = [f.poly]
+        while stack:
+            p = stack.pop()
+            for m, c in p.terms:
+                best = max(best, abs(c))
+                for a in m:
+                    if isinstance(a, Div):
+                        stack += [a.num, a.den]
+    elif isinstance(f, (Or, And)):
+        best = max((_constants(a) for a in f.args), default=0)
+    return best
+
+
+def _one_dim(f: Formula, x: str, divisors: Sequence[int]) -> list[tuple[Formula, str]]:
+    """Candidate meanings of a one-dim constraint over a size `x`: ranges, an exclusion, a
+    residue. Sizes the other guards exclude are not known here, so each candidate reads the
+    truth from some size on; the caller proves which hold under the other guards."""
+    period = math.lcm(*divisors) if divisors else 1
+    # NOTE: past `start` (beyond every constant, scaled by the divisors' product) the truth is
+    # periodic in x with the period; a few periods show it, and z3 proves each form after
+    start = _constants(f) * max(1, math.prod(divisors)) + period
+    span = start + PERIODS * period
+    if span > MAX_SPAN:
+        return []
+    truth = [holds(f, {x: v}) for v in range(span)]
+    tail = truth[start:]
+    X = Poly.var(x)
+    K = Poly.const
+    out: list[tuple[Formula, str]] = []
+    false_at = [v for v in range(span) if not truth[v]]
+    true_at = [v for v in range(span) if truth[v]]
+    if all(tail) and false_at:
+        lo = false_at[-1] + 1
+        out.append((rel("ge", X, K(lo)), f"{x} >= {lo}"))
+        out += [(rel("ne", X, K(k)), f"{x} != {k}") for k in false_at[-2:]]
+        first = false_at[0]
+        if first > 0 and false_at == list(range(first, lo)):
+            out.append((disj([rel("lt", X, K(first)), rel("ge", X, K(lo))]), f"({x} < {first}) or ({x} >= {lo})"))
+    if not any(tail) and true_at:
+        hi = true_at[-1]
+        lo = next(v for v in range(hi, -1, -1) if v == 0 or not truth[v - 1])
+        out.append((rel("eq", X, K(hi)), f"{x} == {hi}"))
+        out.append((rel("le", X, K(hi)), f"{x} <= {hi}"))
+        if lo > 0 and lo < hi:
+            out.append((conj([rel("ge", X, K(lo)), rel("le", X, K(hi))]), f"{lo} <= {x} <= {hi}"))
+    if period > 1 and any(tail) and not all(tail):
+        for m in sorted(k for k in range(2, period + 1) if period % k == 0):
+            residues = {v % m for v in range(start, span) if truth[v]}
+            if len(residues) != 1 or any(truth[v] != (v % m in residues) for v in range(start, span)):
+                continue
+            (r,) = residues
+            res = rel("eq", Poly.var(Div("mod", X, K(m))), K(r))
+            out.append((res, f"{x} % {m} == {r}"))
+            lo = next(v for v in range(start, -1, -1) if v == 0 or truth[v - 1] != ((v - 1) % m == r))
+            if lo > 0:
+                out.append((conj([res, rel("ge", X, K(lo))]), f"{x} >= {lo} and {x} % {m} == {r}"))
+            break
+    return out
+
+
+# -- several dims ---------------------------------------------------------------------------
+
+
+def _flat(a: Any) -> Any:
+    """A division term with nested divisions and offsets flattened: `((p // a) + c) // b` is
+    `(p + c*a) // (a*b)`; `(p + m*k + r) // k` is `(p + r) // k + m` (0 <= r < k). Returns a Poly."""
+    if isinstance(a, str):
+        return Poly.var(a)
+    num = _flat_poly(a.num)
+    k = a.den.constant
+    if a.kind == "floordiv":
+        inner = [(m, c) for m, c in num.terms if m and len(m) == 1 and isinstance(m[0], Div)
+                 and m[0].kind == "floordiv" and c == 1]
+        if len(inner) == 1 and all(not m or m == inner[0][0] for m, _ in num.terms):
+            d = inner[0][0][0]
+            j = d.den.constant
+            return _flat(Div("floordiv", d.num + Poly.const(num.constant * j), Poly.const(j * k)))
+    c = num.constant
+    q, r = divmod(c, k)
+    rest = num - Poly.const(c) + Poly.const(r)
+    if a.kind == "floordiv":
+        return Poly.var(Div("floordiv", rest, Poly.const(k))) + Poly.const(q) if rest.nonconst() else Poly.const(c // k)
+    return Poly.var(Div("mod", rest, Poly.const(k))) if rest.nonconst() else Poly.const(c % k)
+
+
+def _flat_poly(p: Poly) -> Poly:
+    out = Poly.const(0)
+    for m, c in p.terms:
+        term = Poly.const(c)
+        for a in m:
+            term = term * _flat(a)
+        out = out + term
+    return out
+
+
+def _flat_formula(f: Formula) -> Formula:
+    if isinstance(f, Rel):
+        return rel({"eq": "eq", "ne": "ne", "le": "le"}[f.op], _flat_poly(f.poly), Poly.const(0))
+    if isinstance(f, Or):
+        return disj(_flat_formula(a) for a in f.args)
+    if isinstance(f, And):
+        return conj(_flat_formula(a) for a in f.args)
+    return f
+
+
+def _factored(r: Rel, order: DimOrder) -> tuple[Formula, str] | None:
+    """`P op 0` with the non-constant part of P factored by sympy (`u*v - 64 == 0` -> `u*v == 64`)."""
+    import sympy
+
+    atoms = sorted(r.poly.atoms(), key=atom_key)
+    if not atoms or len(atoms) > 6:
+        return None
+    syms = {a: sympy.Symbol(f"_a{i}") for i, a in enumerate(atoms)}
+    expr = sum(c * math.prod((syms[a] for a in m), start=sympy.Integer(1)) for m, c in r.poly.terms)
+    k = r.poly.constant
+    body = sympy.factor(expr - k)
+    if not isinstance(body, sympy.Mul) or len(body.args) < 2:
+        return None
+    coeff, factors = body.as_coeff_mul()
+    if coeff < 0:
+        coeff, k = -coeff, -k
+        factors = tuple(-f if i == 0 else f for i, f in enumerate(factors))
+    back = {v: a for a, v in syms.items()}
+    rendered = []
+    for fct in factors:
+        p = _sympy_poly(fct, back)
+        if p is None:
+            return None
+        text = p.render(order.key)
+        rendered.append(text if len(p.terms) == 1 else f"({text})")
+    sym = {"eq": "==", "ne": "!=", "le": "<="}[r.op]
+    lhs = "*".join(([str(coeff)] if coeff != 1 else []) + rendered)
+    return r, f"{lhs} {sym} {-k}"
+
+
+def _sympy_poly(e: Any, back: dict[Any, Any]) -> Poly | None:
+    import sympy
+
+    e = sympy.expand(e)
+    out = Poly.const(0)
+    for term in sympy.Add.make_args(e):
+        coeff, rest = term.as_coeff_Mul()
+        if not coeff.is_Integer:
+            return None
+        mono = Poly.const(int(coeff))
+        for f in sympy.Mul.make_args(rest):
+            if f == 1:
+                continue
+            base, exp = f.as_base_exp()
+            if base not in back or not exp.is_Integer or exp < 1:
+                return None
+            for _ in range(int(exp)):
+                mono = mono * Poly.var(back[base])
+        out = out + mono
+    return out
+
+
+# -- the pass -------------------------------------------------------------------------------
+
+
+def _candidates(f: Formula, sizes: set[str], order: DimOrder,
+                prove: Callable[[Formula, Formula], bool]) -> list[tuple[Formula, str]]:
+    divisors = _constant_divisors(f)
+    if divisors is None:
+        return []
+    out: list[tuple[Formula, str]] = []
+    dims = sorted(f.dims(), key=order.key)
+    if len(dims) == 1 and dims[0] in sizes:
+        out += _one_dim(f, dims[0], divisors)
+    if isinstance(f, (Or, And)):
+        parts = [(_best(a, sizes, order, prove) or (a, render_formula(a, order))) for a in f.args]
+        joined = (disj if isinstance(f, Or) else conj)(p for p, _ in parts)
+        sep = " or " if isinstance(f, Or) else " and "
+        texts = sorted(t for _, t in parts)
+        out.append((joined, sep.join(f"({t})" for t in texts)))
+    elif isinstance(f, Rel) and divisors:
+        flat = _flat_formula(f)
+        if isinstance(flat, Rel):
+            out.append((flat, render_formula(flat, order)))
+            fac = _factored(flat, order)
+            if fac is not None:
+                out.append(fac)
+    return out
+
+
+def _best(f: Formula, sizes: set[str], order: DimOrder, prove: Callable[[Formula, Formula], bool]) -> tuple[Formula, str] | None:
+    """The shortest candidate form of `f` that `prove` shows equivalent to it."""
+    original = render_formula(f, order)
+    for g, text in sorted(_candidates(f, sizes, order, prove), key=lambda ft: len(ft[1])):
+        if len(text) >= len(original):
+            break
+        if prove(f, g):
+            return g, text
+    return None
+
+
+def readable_formula(f: Formula, sizes: Iterable[str], dims: Sequence[str], background: Sequence[Formula] = (),
+                     timeout_ms: int = TIMEOUT_MS) -> tuple[Formula, str] | None:
+    """The simplest form of `f` found, proven equivalent by z3 under the `background` (the other
+    guards) and sizes >= 0; None if none is shorter than the solver's own text, or none is proven."""
+    sizes, order = set(sizes), DimOrder(list(dims))
+    ctx = z3.Context()
+    var = z3_vars(ctx)
+    base = [var(d) >= 0 for d in dims if d in sizes] + [formula_to_z3(b, var) for b in background]
+
+    def prove(a: Formula, b: Formula) -> bool:
+        s = z3.Solver(ctx=ctx)
+        s.set("timeout", timeout_ms)
+        s.add(*base, formula_to_z3(a, var) != formula_to_z3(b, var))
+        return s.check() == z3.unsat
+
+    return _best(f, sizes, order, prove)
+
+
+def readable(constraints: Sequence[Constraint], sizes: Iterable[str], dims: Sequence[str],
+             timeout_ms: int = TIMEOUT_MS) -> list[Constraint]:
+    """Each constraint in its simplest form, proven equivalent under the others (so the set is
+    unchanged); its kind, provenance and dims kept."""
+    sizes = set(sizes)
+    out = list(constraints)
+    todo = [i for i, c in enumerate(constraints) if c.kind == "general" and _constant_divisors(c.formula)]
+    if len(todo) > MAX_REWRITES:
+        return out  # NOTE: a large generated guard set: its forms are the solver's (read by programs)
+    for i in todo:
+        c = constraints[i]
+        # NOTE: the background is the other guards over the same dims (the rest cannot change c's truth)
+        others = [o.formula for j, o in enumerate(out) if j != i and set(o.dims) & set(c.dims)]
+        found = readable_formula(c.formula, sizes, dims, others, timeout_ms)
+        if found is not None:
+            out[i] = Constraint(c.kind, found[0], found[1], c.prov, c.dims)
+    return out
