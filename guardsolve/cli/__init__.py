@@ -134,10 +134,41 @@ def _fail(args: argparse.Namespace, message: str, status: int) -> int:
     return status
 
 
+class _Progress:
+    """`label...` on stderr while a long step runs, then how long it took: only when stderr is a
+    terminal (a pipe or a file stays quiet)."""
+
+    def __init__(self, label: str):
+        self.label, self.shown = label, sys.stderr.isatty()
+
+    def __enter__(self) -> "_Progress":
+        self.t0 = time.perf_counter()
+        if self.shown:
+            print(f"guardsolve: {self.label}...", end="\r", file=sys.stderr, flush=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.shown:
+            print(f"guardsolve: {self.label}: {time.perf_counter() - self.t0:.1f} s\033[K", file=sys.stderr, flush=True)
+
+
+def _warm_imports() -> None:
+    """Pay the one-off costs before a step is timed (the solver's modules, z3's and sympy's
+    imports, the first solver, PyTorch's first dispatch of the rules): a report's time is the
+    work, the same as a second call in a process takes."""
+    import torch
+
+    from guardsolve.solve.simplify import simplify
+    from guardsolve.trace.tracer import trace
+
+    simplify(trace(lambda a, b: (a + b).view(-1) // 2, torch.ones(2, 2), torch.ones(2, 1)))
+
+
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from guardsolve.cli.targets import TargetError, load
 
-    loaded = load(args.target, args.shape, args.int, args.dtype, args.value_guards, args.values, args.train)
+    with _Progress(f"tracing {args.target}" if ":" in args.target else f"reading {args.target}"):
+        loaded = load(args.target, args.shape, args.int, args.dtype, args.value_guards, args.values, args.train)
     if loaded.from_file and args.command != "check" and (args.shape or args.int):
         flag = f"--shape {args.shape[0]}" if args.shape else f"--int {args.int[0]}"
         raise TargetError(f"{flag}: {args.target} is a saved graph, already traced at its shapes "
@@ -154,19 +185,24 @@ def _report(args: argparse.Namespace) -> int:
     if args.via == "torch.compile":
         return _report_compile(args)
     loaded = _load(args)
-    t0 = time.perf_counter()
-    gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms, jobs=args.jobs,
-                  explore=not args.no_explore)
-    seconds = time.perf_counter() - t0
+    _warm_imports()
+    with _Progress(f"simplifying {len(loaded.graph)} trace nodes"):
+        t0 = time.perf_counter()
+        gs = simplify(loaded.trace or loaded.graph, timeout_ms=args.timeout_ms, jobs=args.jobs,
+                      explore=not args.no_explore)
+        seconds = time.perf_counter() - t0
     info = ReportInfo(loaded.target, loaded.inputs, loaded.graph, seconds, args.verify, args.dynamic,
                       loaded.target if loaded.from_file else None, input_specs=loaded.input_specs)
     # NOTE: fail soft: a stage after the guards that fails is reported after them, never instead of them
-    if args.verify and not _stage(info, "verify", lambda: gs.verify(timeout_ms=args.timeout_ms)):
-        info.verified = False
+    if args.verify:
+        with _Progress("verifying"):
+            if not _stage(info, "verify", lambda: gs.verify(timeout_ms=args.timeout_ms)):
+                info.verified = False
     if args.dynamic and not _stage(info, "--dynamic", lambda: judgement(gs, info)):
         info.dynamic = ()
     if args.export_check and info.dynamic:
-        _stage(info, "--export-check", lambda: setattr(info, "checked", export_checked(gs, info, loaded.trace)))
+        with _Progress("checking the spec with torch.export"):
+            _stage(info, "--export-check", lambda: setattr(info, "checked", export_checked(gs, info, loaded.trace)))
     if args.format == "dot":
         text = dot_report(gs)
         if args.output and not args.output.endswith(".dot"):

@@ -1,8 +1,7 @@
 """Guards a person reads at a glance: each constraint in the simplest equivalent form found,
 proven equivalent by z3 before it replaces the solver's form.
 
-Two rewrites, each only where every divisor is a positive constant (no division by zero to
-keep):
+Two rewrites; the forms they print divide by positive constants only (no division by zero):
 
 * **One dim.** A constraint over one size whose only non-linearity is `//` or `%` by constants
   is periodic-linear: its truth at `x` is fixed by `x` modulo the lcm of its divisors once `x`
@@ -73,6 +72,10 @@ def _constant_divisors(f: Formula) -> list[int] | None:
     return out
 
 
+def _divisions(f: Formula) -> bool:
+    return next(iter(_divs(f)), None) is not None
+
+
 # -- evaluation -----------------------------------------------------------------------------
 
 
@@ -92,11 +95,14 @@ def _eval_div(d: Div, env: dict[str, int]) -> int:
 
 
 def holds(f: Formula, env: dict[str, int]) -> bool:
-    """`f` at concrete dims (every divisor non-zero: the caller checked they are constants)."""
+    """`f` at concrete dims, as the compiled check reads it (a zero divisor rejects)."""
     if isinstance(f, Const):
         return f.value
     if isinstance(f, Rel):
-        v = _eval_poly(f.poly, env)
+        try:
+            v = _eval_poly(f.poly, env)
+        except ZeroDivisionError:
+            return False
         return {"eq": v == 0, "ne": v != 0, "le": v <= 0}[f.op]
     vals = (holds(a, env) for a in f.args)
     return any(vals) if isinstance(f, Or) else all(vals)
@@ -271,19 +277,32 @@ def _sympy_poly(e: Any, back: dict[Any, Any]) -> Poly | None:
 
 def _candidates(f: Formula, sizes: set[str], order: DimOrder,
                 prove: Callable[[Formula, Formula], bool]) -> list[tuple[Formula, str]]:
+    """Candidate forms; each uses constant divisors only (so the check it prints never divides
+    by zero). A constraint with a divisor that varies (`x2 % (x2 // 2)`) is read off one dim by
+    its values too, and z3 proves the form under the other guards, which hold its divisors
+    non-zero (the divisions' own guards are among them, kept or implied)."""
     divisors = _constant_divisors(f)
-    if divisors is None:
-        return []
     out: list[tuple[Formula, str]] = []
     dims = sorted(f.dims(), key=order.key)
     if len(dims) == 1 and dims[0] in sizes:
-        out += _one_dim(f, dims[0], divisors)
+        out += _one_dim(f, dims[0], divisors if divisors is not None else _variable_divisors(f))
+    if divisors is None and not isinstance(f, (Or, And)):
+        return out
     if isinstance(f, (Or, And)):
-        parts = [(_best(a, sizes, order, prove) or (a, render_formula(a, order))) for a in f.args]
-        joined = (disj if isinstance(f, Or) else conj)(p for p, _ in parts)
-        sep = " or " if isinstance(f, Or) else " and "
-        texts = sorted(t for _, t in parts)
-        out.append((joined, sep.join(f"({t})" for t in texts)))
+        # NOTE: part by part, each rewrite proven on the whole (a part may differ where another
+        # part decides: `(x0 == 0) or (x2 % (x2 // 2) == 0)` is `(x0 == 0) or (x2 % 2 == 0)`
+        # where the other guards hold x2 >= 6 unless x0 == 0)
+        join, sep = (disj, " or ") if isinstance(f, Or) else (conj, " and ")
+        parts = [(a, render_formula(a, order)) for a in sorted(f.args, key=repr)]
+        for i, (a, text) in enumerate(parts):
+            for g, t in sorted(_candidates(a, sizes, order, prove), key=lambda ft: len(ft[1])):
+                if len(t) >= len(text):
+                    break
+                trial = parts[:i] + [(g, t)] + parts[i + 1:]
+                if prove(f, join(p for p, _ in trial)):
+                    parts = trial
+                    break
+        out.append((join(p for p, _ in parts), sep.join(f"({t})" for t in sorted(t for _, t in parts))))
     elif isinstance(f, Rel) and divisors:
         flat = _flat_formula(f)
         if isinstance(flat, Rel):
@@ -292,6 +311,12 @@ def _candidates(f: Formula, sizes: set[str], order: DimOrder,
             if fac is not None:
                 out.append(fac)
     return out
+
+
+def _variable_divisors(f: Formula) -> list[int]:
+    """For reading a one-dim constraint with a varying divisor: its constant divisors (the
+    varying ones have no period; the sizes read cover its constants, and z3 decides)."""
+    return [d.den.constant for d in _divs(f) if d.den.is_const() and d.den.constant > 0]
 
 
 def _best(f: Formula, sizes: set[str], order: DimOrder, prove: Callable[[Formula, Formula], bool]) -> tuple[Formula, str] | None:
@@ -329,7 +354,7 @@ def readable(constraints: Sequence[Constraint], sizes: Iterable[str], dims: Sequ
     unchanged); its kind, provenance and dims kept."""
     sizes = set(sizes)
     out = list(constraints)
-    todo = [i for i, c in enumerate(constraints) if c.kind == "general" and _constant_divisors(c.formula)]
+    todo = [i for i, c in enumerate(constraints) if c.kind == "general" and _divisions(c.formula)]
     if len(todo) > MAX_REWRITES:
         return out  # NOTE: a large generated guard set: its forms are the solver's (read by programs)
     for i in todo:
@@ -340,3 +365,32 @@ def readable(constraints: Sequence[Constraint], sizes: Iterable[str], dims: Sequ
         if found is not None:
             out[i] = Constraint(c.kind, found[0], found[1], c.prov, c.dims)
     return out
+
+
+def irredundant(constraints: Sequence[Constraint], before: Sequence[Constraint], sizes: Iterable[str],
+                timeout_ms: int = TIMEOUT_MS) -> tuple[list[Constraint], frozenset[int], list[str]]:
+    """The rewritten set with every constraint the others now imply dropped (z3, sizes >= 0),
+    only among those sharing a dim with a rewritten one; with the dropped provenance and the
+    checks z3 left undecided (those constraints are kept)."""
+    sizes = set(sizes)
+    changed = {d for c, b in zip(constraints, before) if c is not b for d in c.dims}
+    out = list(constraints)
+    dropped: set[int] = set()
+    undecided: list[str] = []
+    ctx = z3.Context()
+    var = z3_vars(ctx)
+    for c in list(out):
+        if not set(c.dims) & changed or len(out) < 2:
+            continue
+        others = [o for o in out if o is not c]
+        s = z3.Solver(ctx=ctx)
+        s.set("timeout", timeout_ms)
+        s.add(*(var(d) >= 0 for o in out for d in o.dims if d in sizes))
+        s.add(*(formula_to_z3(o.formula, var) for o in others), z3.Not(formula_to_z3(c.formula, var)))
+        verdict = s.check()
+        if verdict == z3.unsat:
+            out = others
+            dropped |= c.prov
+        elif verdict == z3.unknown:
+            undecided.append(f"is `{c.text}` implied by the rest, read as printed? solver said unknown")
+    return out, frozenset(dropped), undecided

@@ -518,7 +518,7 @@ class _SharedContexts:
 
 
 def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIMEOUT_MS,
-             jobs: int | None = None, explore: bool | int = True) -> GuardSet:
+             jobs: int | None = None, explore: bool | int = True, readable: bool = True) -> GuardSet:
     """The minimal constraint set accepting exactly the inputs all bailouts accept.
 
     `graph` is a tensor trace, a guard graph (also one parsed from text), or a `Trace`.
@@ -533,6 +533,9 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
     at sizes 0 and 1 and merges every route that records the same trace (`solve.paths`);
     the guards are then the disjunction of those routes' path conditions, made minimal and
     proved equal to it by z3. `explore=False` keeps the one path of the example.
+
+    `readable` (on by default) prints each guard in the simplest form found, proven equivalent
+    under the others (`solve.readable`); False keeps the solver's own forms.
     """
     from guardsolve.trace.tracer import Trace
 
@@ -546,7 +549,8 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
         gs = _simplify(gg, False, timeout_ms, cap, auto=jobs is None)
     if explore is not False and explore != 0 and (isinstance(graph, Trace) or _saved_trace(graph)):
         gs = merge_paths(graph, gs, timeout_ms, limit=None if explore is True else int(explore))
-    gs = readable_guards(gs, timeout_ms)
+    if readable:
+        gs = readable_guards(gs, timeout_ms)
     if verify:
         gs.verify(timeout_ms=timeout_ms)
     return gs
@@ -557,12 +561,19 @@ def readable_guards(gs: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Guard
     others; the same GuardSet when none is rewritten."""
     from guardsolve.solve.readable import readable
 
+    from guardsolve.solve.readable import irredundant
+
     if not any(c.kind == "general" for c in gs.constraints):
         return gs
     out = readable(gs.constraints, gs.sizes, gs.dims, min(timeout_ms, 1000))
     if all(a is b for a, b in zip(out, gs.constraints)):
         return gs
-    return gs.with_routes(gs.exploration, out, widened=gs.widened)
+    # NOTE: a form read under the others can imply one of them (`x >= 33` read under `x >= 1`
+    # makes `x >= 1` redundant): drop those, so the set stays irredundant
+    kept, dropped, undecided = irredundant(out, gs.constraints, gs.sizes, min(timeout_ms, 1000))
+    out_gs = gs.with_routes(gs.exploration, kept, undecided, widened=gs.widened)
+    out_gs.implied = frozenset(out_gs.implied | dropped)
+    return out_gs
 
 
 def _saved_trace(graph: Any) -> bool:
