@@ -28,6 +28,7 @@ Two rewrites; the forms they print divide by positive constants only (no divisio
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Callable, Iterable, Sequence
 
 import z3
@@ -40,6 +41,7 @@ PERIODS = 4  # NOTE: sizes read off: past the constants, this many periods of th
 MAX_SPAN = 4096  # a one-dim constraint whose constants and period need more sizes keeps its form
 TIMEOUT_MS = 1000
 MAX_REWRITES = 64  # general constraints with divisions a set may have for the pass to run
+BUDGET_S = 2.0  # NOTE: the pass reads for people; past this, the rest keep the solver's forms
 
 
 # -- which constraints qualify --------------------------------------------------------------
@@ -357,7 +359,10 @@ def readable(constraints: Sequence[Constraint], sizes: Iterable[str], dims: Sequ
     todo = [i for i, c in enumerate(constraints) if c.kind == "general" and _divisions(c.formula)]
     if len(todo) > MAX_REWRITES:
         return out  # NOTE: a large generated guard set: its forms are the solver's (read by programs)
+    deadline = time.monotonic() + BUDGET_S
     for i in todo:
+        if time.monotonic() > deadline:
+            break
         c = constraints[i]
         # NOTE: the background is the other guards over the same dims (the rest cannot change c's truth)
         others = [o.formula for j, o in enumerate(out) if j != i and set(o.dims) & set(c.dims)]
@@ -379,8 +384,12 @@ def irredundant(constraints: Sequence[Constraint], before: Sequence[Constraint],
     undecided: list[str] = []
     ctx = z3.Context()
     var = z3_vars(ctx)
+    deadline = time.monotonic() + BUDGET_S
     for c in list(out):
         if not set(c.dims) & changed or len(out) < 2:
+            continue
+        if time.monotonic() > deadline:
+            undecided.append(f"is `{c.text}` implied by the rest, read as printed? not asked (time budget spent)")
             continue
         others = [o for o in out if o is not c]
         s = z3.Solver(ctx=ctx)
