@@ -698,3 +698,18 @@ def test_check_dims_default_to_the_example(capsys: pytest.CaptureFixture[str], m
     assert main(["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims", "a0=5",
                  "--no-explore"]) == 1  # b0 stays 4
     assert "guard failed: a0 == b0 (a0=5, b0=4)" in capsys.readouterr().out
+
+
+def test_python_format_is_standalone(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A check over strides prints guardsolve's helper inline: the module needs torch only."""
+    script = tmp_path / "strided.py"
+    script.write_text("def f(x):\n    return x * x.stride()[0]\n")
+    assert main(["report", f"{script}:f", "--shape", "x=3,4", "--format", "python"]) == 0
+    src = capsys.readouterr().out
+    assert "guardsolve." not in src and "import guardsolve" not in src
+    proc = subprocess.run([sys.executable, "-I", "-c", src + "\nimport torch\n"
+                           "print(check(torch.randn(3, 4)), check(torch.randn(4, 3).t()))"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.stdout.strip() == "True False", proc.stderr
+    assert main(["report", f"{script}:f", "--shape", "x=3,4"]) == 0
+    assert "x.stride() == torch.empty(x.shape).stride()" in capsys.readouterr().out

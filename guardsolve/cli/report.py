@@ -283,7 +283,8 @@ def python_report(gs: GuardSet, info: ReportInfo) -> str:
     for name, value in sorted(getattr(gs, "_bound", {}).items()):
         if name in used:
             _define(name, value, imports, values)
-    out = lines + sorted(set(imports), key=lambda i: (not i.startswith("import"), i)) + values + ["", "", body]
+    future = ["from __future__ import annotations"] if any(v.lstrip().startswith("def ") for v in values) else []
+    out = lines + future + sorted(set(imports), key=lambda i: (not i.startswith("import"), i)) + values + ["", "", body]
     text = "\n".join(out) if imports or values else "\n".join(lines + [body])
     return text + "\n".join(failure_lines(info, "# "))
 
@@ -313,7 +314,7 @@ def _define(name: str, value: Any, imports: list[str], values: list[str]) -> Non
         import inspect
         import textwrap
 
-        values.append(textwrap.dedent(inspect.getsource(value)).rstrip())
+        values.append("\n" + textwrap.dedent(inspect.getsource(value)).rstrip() + "\n")
         if value.__name__ != name:
             values.append(f"{name} = {value.__name__}")
     elif callable(value) and getattr(value, "__module__", None) and "<" not in getattr(value, "__qualname__", "<"):
