@@ -40,7 +40,8 @@ exact, texts = _cases.exact, _cases.texts
     # a range, a residue, an exclusion
     (["(x0 + 3) // 4 == 2"], ["5 <= x0 <= 8"]),
     (["(x0 // 4) * 4 == x0"], ["x0 % 4 == 0"]),
-    (["x0 // 3 != 1"], ["x0 // 3 != 1"]),  # `(x0 < 3) or (x0 >= 6)` says the same at greater length
+    (["x0 // 3 != 1"], ["x0 // 3 != 1"]),
+    (["(3 * ((x0 // 4) % 4)) % 4 <= 0"], ["x0 % 16 <= 3"]),  # like Swin's window padding: a run of residues
     # a varying divisor, read under the guard that keeps it non-zero
     (["x0 % (x0 // 2) == 0", "x0 >= 6"], ["x0 >= 6", "x0 % 2 == 0"]),
 ])

@@ -134,7 +134,8 @@ def _one_dim(f: Formula, x: str, divisors: Sequence[int]) -> list[tuple[Formula,
     """Candidate meanings of a one-dim constraint over a size `x`: ranges, an exclusion, a
     residue. Sizes the other guards exclude are not known here, so each candidate reads the
     truth from some size on; the caller proves which hold under the other guards."""
-    period = math.lcm(*divisors) if divisors else 1
+    # NOTE: nested divisions multiply their periods (`(x // 4) % 4` repeats every 16)
+    period = math.prod(divisors) if divisors else 1
     # NOTE: past `start` (beyond every constant, scaled by the divisors' product) the truth is
     # periodic in x with the period; a few periods show it, and z3 proves each form after
     start = _constants(f) * max(1, math.prod(divisors)) + period
@@ -165,7 +166,18 @@ def _one_dim(f: Formula, x: str, divisors: Sequence[int]) -> list[tuple[Formula,
     if period > 1 and any(tail) and not all(tail):
         for m in sorted(k for k in range(2, period + 1) if period % k == 0):
             residues = {v % m for v in range(start, span) if truth[v]}
-            if len(residues) != 1 or any(truth[v] != (v % m in residues) for v in range(start, span)):
+            if any(truth[v] != (v % m in residues) for v in range(start, span)):
+                continue
+            lo_r, hi_r = min(residues), max(residues)
+            if len(residues) > 1 and residues == set(range(lo_r, hi_r + 1)):
+                # NOTE: a run of residues: `x % 16 <= 3` (the window padding of `(x // 4) % 4 == 0`)
+                mod = Poly.var(Div("mod", X, K(m)))
+                if lo_r == 0:
+                    out.append((rel("le", mod, K(hi_r)), f"{x} % {m} <= {hi_r}"))
+                else:
+                    out.append((conj([rel("ge", mod, K(lo_r)), rel("le", mod, K(hi_r))]), f"{lo_r} <= {x} % {m} <= {hi_r}"))
+                break
+            if len(residues) != 1:
                 continue
             (r,) = residues
             res = rel("eq", Poly.var(Div("mod", X, K(m))), K(r))
