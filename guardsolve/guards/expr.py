@@ -384,12 +384,13 @@ def formula_divisors(f: Formula) -> list[Poly]:
 # -- cancelling common positive factors ----------------------------------------------------
 
 
-def _common_dim(polys: list[Poly], positive: Callable[[str], bool]) -> str | None:
-    """A dim, known positive, that divides every term of every poly."""
+def _common_dim(polys: list[Poly], positive: Callable[[Atom], bool]) -> Atom | None:
+    """An atom (a dim, or a division term), known positive, that divides every term of every
+    poly: `(u*v) // u` is `v` where the bounds make `u >= 1`."""
     common: set | None = None
     for p in polys:
         for m, _ in p.terms:
-            dims = {a for a in m if isinstance(a, str)}
+            dims = set(m)
             common = dims if common is None else common & dims
     for d in sorted(common or (), key=atom_key):
         if positive(d):
@@ -397,7 +398,7 @@ def _common_dim(polys: list[Poly], positive: Callable[[str], bool]) -> str | Non
     return None
 
 
-def _divide_out(p: Poly, d: str) -> Poly:
+def _divide_out(p: Poly, d: Atom) -> Poly:
     out: dict[Monomial, int] = {}
     for m, c in p.terms:
         rest = list(m)

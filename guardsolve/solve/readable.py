@@ -38,7 +38,7 @@ from guardsolve.solve.constraint import Constraint, DimOrder, render_formula
 from guardsolve.solve.smt import formula_to_z3, z3_vars
 
 PERIODS = 4  # NOTE: sizes read off: past the constants, this many periods of the lcm of the divisors
-MAX_SPAN = 4096  # a one-dim constraint whose constants and period need more sizes keeps its form
+MAX_SPAN = 8192  # the sizes a one-dim constraint is read at, at most
 TIMEOUT_MS = 1000
 MAX_REWRITES = 64  # general constraints with divisions a set may have for the pass to run
 BUDGET_S = 2.0  # NOTE: the pass reads for people; past this, the rest keep the solver's forms
@@ -113,6 +113,28 @@ def holds(f: Formula, env: dict[str, int]) -> bool:
 # -- one dim --------------------------------------------------------------------------------
 
 
+def _period(f: Formula) -> int:
+    """A period of `f`'s divisions in their one dim: a division by k of something of period p
+    has period k*p; a sum or product of parts, the lcm of theirs.
+
+    >>> from guardsolve.guards.expr import Div, Poly, rel
+    >>> u = Poly.var(Div("floordiv", Poly.var("x") + Poly.const(4), Poly.const(8)))
+    >>> _period(rel("eq", Poly.var(Div("mod", u, Poly.const(4))), Poly.const(0)))
+    32
+    """
+    def poly(p: Poly) -> int:
+        return math.lcm(1, *(atom(a) for m, _ in p.terms for a in m))
+
+    def atom(a: Any) -> int:
+        return 1 if isinstance(a, str) else min(a.den.constant * poly(a.num), 10 ** 9)
+
+    if isinstance(f, Rel):
+        return poly(f.poly)
+    if isinstance(f, (Or, And)):
+        return math.lcm(1, *(_period(a) for a in f.args))
+    return 1
+
+
 def _constants(f: Formula) -> int:
     """The largest constant in `f` (its offsets and coefficients)."""
     best = 0
@@ -135,13 +157,14 @@ def _one_dim(f: Formula, x: str, divisors: Sequence[int]) -> list[tuple[Formula,
     residue. Sizes the other guards exclude are not known here, so each candidate reads the
     truth from some size on; the caller proves which hold under the other guards."""
     # NOTE: nested divisions multiply their periods (`(x // 4) % 4` repeats every 16)
-    period = math.prod(divisors) if divisors else 1
-    # NOTE: past `start` (beyond every constant, scaled by the divisors' product) the truth is
-    # periodic in x with the period; a few periods show it, and z3 proves each form after
-    start = _constants(f) * max(1, math.prod(divisors)) + period
+    period = _period(f) if divisors else 1
+    # NOTE: past `start` (beyond every constant, scaled by the period) the truth is periodic in
+    # x with the period; a few periods show it. The window is capped: a form read off it is a
+    # candidate only, and z3 proves each one after
+    start = _constants(f) * period + period
     span = start + PERIODS * period
     if span > MAX_SPAN:
-        return []
+        span, start = MAX_SPAN, MAX_SPAN // 2
     truth = [holds(f, {x: v}) for v in range(span)]
     tail = truth[start:]
     X = Poly.var(x)
@@ -381,7 +404,51 @@ def readable(constraints: Sequence[Constraint], sizes: Iterable[str], dims: Sequ
         found = readable_formula(c.formula, sizes, dims, others, timeout_ms)
         if found is not None:
             out[i] = Constraint(c.kind, found[0], found[1], c.prov, c.dims)
-    return out
+    return _one_per_dim(out, sizes, dims, timeout_ms, deadline)
+
+
+def _one_per_dim(constraints: list[Constraint], sizes: set[str], dims: Sequence[str], timeout_ms: int,
+                 deadline: float) -> list[Constraint]:
+    """The constraints over one size read together, when together they say one thing:
+    `20 <= x <= 35`, `x % 16 <= 3` and `x % 4 == 0` are `x == 32`."""
+    groups: dict[str, list[int]] = {}
+    for i, c in enumerate(constraints):
+        if len(c.dims) == 1 and c.dims[0] in sizes and _constant_divisors(c.formula) is not None:
+            groups.setdefault(c.dims[0], []).append(i)
+    order = DimOrder(list(dims))
+    out: list[Constraint | None] = list(constraints)
+    for d, members in groups.items():
+        if len(members) < 2 or time.monotonic() > deadline:
+            continue
+        together = conj(constraints[i].formula for i in members)
+        divisors = _constant_divisors(together) or []
+        others = [c.formula for j, c in enumerate(constraints) if j not in members and d in c.dims]
+        found = None
+        for g, text in sorted(_one_dim(together, d, divisors), key=lambda ft: len(ft[1])):
+            if readable_proves(together, g, sizes, dims, others, timeout_ms):
+                found = (g, text)
+                break
+        if found is None or len(found[1]) >= sum(len(constraints[i].text) for i in members):
+            continue
+        prov = frozenset().union(*(constraints[i].prov for i in members))
+        kind = "eq" if found[1].startswith(f"{d} == ") else "general"
+        out[members[0]] = Constraint(kind, found[0], found[1], prov, (d,))
+        for i in members[1:]:
+            out[i] = None
+    del order
+    return [c for c in out if c is not None]
+
+
+def readable_proves(a: Formula, b: Formula, sizes: set[str], dims: Sequence[str], background: Sequence[Formula],
+                    timeout_ms: int) -> bool:
+    """z3: `a` and `b` agree wherever the `background` holds and sizes are >= 0."""
+    ctx = z3.Context()
+    var = z3_vars(ctx)
+    s = z3.Solver(ctx=ctx)
+    s.set("timeout", timeout_ms)
+    s.add(*(var(d) >= 0 for d in dims if d in sizes), *(formula_to_z3(f, var) for f in background))
+    s.add(formula_to_z3(a, var) != formula_to_z3(b, var))
+    return s.check() == z3.unsat
 
 
 def irredundant(constraints: Sequence[Constraint], before: Sequence[Constraint], sizes: Iterable[str],

@@ -173,7 +173,11 @@ class Simplifier:
                 for v, u, k, prov in res.equalities:
                     st.eqs.append((("bind", v, k) if u == Z else ("eq", v, u, k), frozenset(prov)))
                 continue
-            cancelled = self._cancel(general, res.positive)
+            pinned = self._pinned_by_enumeration(general, res)
+            if pinned:
+                st.eqs += pinned
+                continue
+            cancelled = self._closed_forms(self._cancel(general, self._positive(res)))
             if set(a.formula for a in cancelled) != set(a.formula for a in general):
                 if all(isinstance(a.formula, Rel) and self.kind(a.formula)[0] == "general" for a in cancelled):
                     # NOTE: every rewritten atom stays with z3: another round would rebuild the
@@ -253,7 +257,86 @@ class Simplifier:
             (boxed if holds_on_box(a.formula, lo, res.upper) else keep).append(a)
         return keep, boxed
 
-    def _cancel(self, general: list[Atom], positive: Callable[[str], bool]) -> list[Atom]:
+    def _closed_forms(self, general: list[Atom]) -> list[Atom]:
+        """A one-dim atom over a size whose divisions are by constants, as what it means (a
+        bound, a range, a residue: `solve.readable`), proven equal for every size by z3; a
+        bound then joins the ordering layer instead of reaching the solver."""
+        from guardsolve.solve.readable import _constant_divisors, _one_dim, readable_proves
+
+        memo = self.__dict__.setdefault("_closed", {})
+        out = []
+        for a in general:
+            f = a.formula
+            dims = f.dims()
+            if len(dims) != 1 or not dims <= self.sizes:
+                out.append(a)
+                continue
+            if f not in memo:
+                memo[f] = f
+                divisors = _constant_divisors(f)
+                if divisors:
+                    (d,) = dims
+                    for g, _ in sorted(_one_dim(f, d, divisors), key=lambda ft: len(ft[1])):
+                        if readable_proves(f, g, self.sizes, [d], [], min(self.timeout_ms, 500)):
+                            memo[f] = g
+                            break
+            g = memo[f]
+            out.append(a if g is f else Atom(g, a.prov))
+        return out
+
+    def _pinned_by_enumeration(self, general: list[Atom], res: OrderResult, span: int = 4096
+                               ) -> list[tuple[tuple[Any, ...], frozenset[int]]]:
+        """A size whose bounds leave a short interval, and whose one-dim atoms (any divisions)
+        hold at one value of it only: that value, as an equality (`20 <= x <= 35`, `x % 16 <= 3`
+        and `x % 4 == 0` pin x to 32). Decided by evaluating the atoms at each value, with
+        Python's arithmetic (a zero divisor rejects: the division's own guard says the same).
+
+        NOTE: exact: the equality holds wherever the bounds and those atoms do, and at it the
+        atoms hold; the bounds stay (implied by it, the later stages drop them).
+        """
+        from guardsolve.solve.readable import holds
+
+        by_dim: dict[str, list[Atom]] = {}
+        for a in general:
+            dims = a.formula.dims()
+            if len(dims) == 1:
+                (d,) = dims
+                if d in self.sizes:
+                    by_dim.setdefault(d, []).append(a)
+        out = []
+        for d, atoms in by_dim.items():
+            lo, hi = max(res.lower.get(d, 0), 0), res.upper.get(d, INF)
+            if hi == INF or hi - lo > span:
+                continue
+            values = [v for v in range(int(lo), int(hi) + 1) if all(holds(a.formula, {d: v}) for a in atoms)]
+            if len(values) == 1:
+                out.append((("bind", d, values[0]), frozenset().union(*(a.prov for a in atoms))))
+        return out
+
+    def _positive(self, res: OrderResult) -> Callable[[Any], bool]:
+        """Is an atom `>= 1`? A dim by the ordering layer; a division term by interval
+        arithmetic over the dims' bounds (`bounded`)."""
+        from guardsolve.solve.bounded import _atom_range
+
+        lo: dict[str, float] = {d: 0 for d in self.sizes}
+        for d, v in res.lower.items():
+            lo[d] = max(lo.get(d, -INF), v)
+        hi = {d: res.upper.get(d, INF) for d in lo}
+
+        def positive(a: Any) -> bool:
+            if isinstance(a, str):
+                return res.positive(a)
+            if not a.dims() <= set(lo):
+                return False
+            try:
+                return _atom_range(a, lo, {**hi, **{d: res.upper.get(d, INF) for d in a.dims()}})[0] >= 1
+            except (ZeroDivisionError, OverflowError, ValueError):
+                return False
+
+        positive.bounds = (lo, hi)  # type: ignore[attr-defined]
+        return positive
+
+    def _cancel(self, general: list[Atom], positive: Callable[[Any], bool]) -> list[Atom]:
         """Divide out dim factors the bounds make positive (`(x*a) % (x*b)` -> `x*(a % b)`)."""
         out: dict[Formula, set[int]] = {}
         memo: dict = {}
@@ -261,7 +344,9 @@ class Simplifier:
         for a in general:
             # NOTE: `cancel` asks `positive` only about the atom's own dims; with the same answers
             # there the previous round's result stands (most atoms come back unchanged)
-            key = (a.formula, frozenset(d for d in a.formula.dims() if positive(d)))
+            lo, hi = getattr(positive, "bounds", ({}, {}))
+            key = (a.formula, frozenset(d for d in a.formula.dims() if positive(d)),
+                   tuple(sorted((d, lo.get(d), hi.get(d)) for d in a.formula.dims())))
             f = done.get(key)
             if f is None:
                 f = done[key] = cancel(a.formula, positive, memo)
