@@ -126,7 +126,10 @@ def _period(f: Formula) -> int:
         return math.lcm(1, *(atom(a) for m, _ in p.terms for a in m))
 
     def atom(a: Any) -> int:
-        return 1 if isinstance(a, str) else min(a.den.constant * poly(a.num), 10 ** 9)
+        if isinstance(a, str):
+            return 1
+        k = a.den.constant if a.den.is_const() and a.den.constant > 0 else 1  # NOTE: a varying divisor has no period
+        return min(k * poly(a.num), 10 ** 9)
 
     if isinstance(f, Rel):
         return poly(f.poly)
@@ -157,7 +160,7 @@ def _one_dim(f: Formula, x: str, divisors: Sequence[int]) -> list[tuple[Formula,
     residue. Sizes the other guards exclude are not known here, so each candidate reads the
     truth from some size on; the caller proves which hold under the other guards."""
     # NOTE: nested divisions multiply their periods (`(x // 4) % 4` repeats every 16)
-    period = _period(f) if divisors else 1
+    period = math.lcm(_period(f), *divisors) if divisors else 1
     # NOTE: past `start` (beyond every constant, scaled by the period) the truth is periodic in
     # x with the period; a few periods show it. The window is capped: a form read off it is a
     # candidate only, and z3 proves each one after
@@ -418,7 +421,8 @@ def _one_per_dim(constraints: list[Constraint], sizes: set[str], dims: Sequence[
     order = DimOrder(list(dims))
     out: list[Constraint | None] = list(constraints)
     for d, members in groups.items():
-        if len(members) < 2 or time.monotonic() > deadline:
+        # NOTE: only where a non-linear guard joins in: two bounds of the ordering layer stay two
+        if len(members) < 2 or time.monotonic() > deadline or all(constraints[i].kind != "general" for i in members):
             continue
         together = conj(constraints[i].formula for i in members)
         divisors = _constant_divisors(together) or []
@@ -428,7 +432,8 @@ def _one_per_dim(constraints: list[Constraint], sizes: set[str], dims: Sequence[
             if readable_proves(together, g, sizes, dims, others, timeout_ms):
                 found = (g, text)
                 break
-        if found is None or len(found[1]) >= sum(len(constraints[i].text) for i in members):
+        # NOTE: one guard for several is worth a few more characters (`5 <= x <= 8` for two bounds)
+        if found is None or len(found[1]) > sum(len(constraints[i].text) for i in members) + 4 * (len(members) - 1):
             continue
         prov = frozenset().union(*(constraints[i].prov for i in members))
         kind = "eq" if found[1].startswith(f"{d} == ") else "general"

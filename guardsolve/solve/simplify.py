@@ -261,7 +261,8 @@ class Simplifier:
         """A one-dim atom over a size whose divisions are by constants, as what it means (a
         bound, a range, a residue: `solve.readable`), proven equal for every size by z3; a
         bound then joins the ordering layer instead of reaching the solver."""
-        from guardsolve.solve.readable import _constant_divisors, _one_dim, readable_proves
+        from guardsolve.solve.readable import _constant_divisors, _divisions as _constant_divisors_in, _one_dim
+        from guardsolve.solve.readable import readable_proves
 
         memo = self.__dict__.setdefault("_closed", {})
         out = []
@@ -276,7 +277,11 @@ class Simplifier:
                 divisors = _constant_divisors(f)
                 if divisors:
                     (d,) = dims
-                    for g, _ in sorted(_one_dim(f, d, divisors), key=lambda ft: len(ft[1])):
+                    # NOTE: linear forms only (bounds, ranges, one value): those leave z3 for the
+                    # ordering layer; a residue stays as it came (rewriting one residue form into
+                    # another would go round forever)
+                    linear = [(g, t) for g, t in _one_dim(f, d, divisors) if not _constant_divisors_in(g)]
+                    for g, _ in sorted(linear, key=lambda ft: len(ft[1])):
                         if readable_proves(f, g, self.sizes, [d], [], min(self.timeout_ms, 500)):
                             memo[f] = g
                             break
@@ -284,7 +289,7 @@ class Simplifier:
             out.append(a if g is f else Atom(g, a.prov))
         return out
 
-    def _pinned_by_enumeration(self, general: list[Atom], res: OrderResult, span: int = 4096
+    def _pinned_by_enumeration(self, general: list[Atom], res: OrderResult, span: int = 1024
                                ) -> list[tuple[tuple[Any, ...], frozenset[int]]]:
         """A size whose bounds leave a short interval, and whose one-dim atoms (any divisions)
         hold at one value of it only: that value, as an equality (`20 <= x <= 35`, `x % 16 <= 3`
