@@ -612,8 +612,7 @@ def test_argument_mistakes_are_answered_at_once(argv: list[str], fix: str) -> No
     wall = time.perf_counter() - t0
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("guardsolve: error: ") and fix in out.stderr
-    assert wall < 0.5, f"{wall:.2f} s: the mistake was answered after heavy imports"
-    assert "torch" not in sys.modules or True  # NOTE: the wall time above is the test: torch alone takes seconds
+    assert wall < 0.5, f"{wall:.2f} s: the mistake was answered after heavy imports (torch alone takes seconds)"
 
 
 def test_rendering_without_graphviz_is_refused_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:

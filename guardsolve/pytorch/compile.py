@@ -39,7 +39,7 @@ from guardsolve.errors import GuardsolveError
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.node import SourceLoc, short_path
 from guardsolve.ir.ops import Op
-from guardsolve.ir.signature import Param, dim_names
+from guardsolve.ir.signature import dim_names
 from guardsolve.pytorch import dynamo as dyn
 from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
 from guardsolve.solve.guardset import GuardSet
@@ -359,9 +359,7 @@ class _Namer:
     """Sources as symbols, and symbols as guard-graph names (a frame argument's dim) or pinned
     values (anything else Dynamo reads: evaluated once, pinned by a static guard)."""
 
-    def __init__(self, params: Sequence[str], dims: Mapping[str, str], f_locals: Mapping[str, Any],
-                 f_globals: Mapping[str, Any], closure: Mapping[str, Any]):
-        self.params, self.dims = set(params), dims
+    def __init__(self, f_locals: Mapping[str, Any], f_globals: Mapping[str, Any], closure: Mapping[str, Any]):
         self.env = {**closure, "L": f_locals, "G": f_globals}
         self.symbols: dict[str, sympy.Symbol] = {}
         self.pinned: dict[str, int] = {}
@@ -477,7 +475,7 @@ def explain_frame(c: dyn.Compiled, dynamic: bool | None, marked: Mapping[int, Se
                     for d in (marked or {}).get(id(value[s.name]), ())}
     env = {**closure, "L": c.f_locals, "G": c.f_globals}
     rewrite = {src: name for name, src, _ in inputs}
-    namer = _Namer(params, names, c.f_locals, c.f_globals, closure)
+    namer = _Namer(c.f_locals, c.f_globals, closure)
 
     static: list[StaticGuard] = []
     for s in signature:
@@ -707,11 +705,6 @@ class CompileReport:
                 return f
         raise KeyError(f"no frame {name!r} (frames: {', '.join(f.name for f in self.frames)})")
 
-    def frame_of(self, name: str, f_locals: Any = None) -> Frame:
-        """The frame of the code named `name` (the oracle's lookup; `f_locals` unused for now:
-        one call compiles each code once)."""
-        return self.frame(name)
-
     def counts(self) -> dict[str, int]:
         return {"frames": len(self.frames), "dynamo_guards": sum(len(f.dynamo_guards) for f in self.frames),
                 "minimal_guards": sum(len(f.guards) for f in self.frames)}
@@ -819,7 +812,7 @@ def explain_compile(fn: Callable[..., Any], *args: Any, dynamic: bool | None = N
     A `mark_dynamic` that Dynamo cannot keep is explained (`report.specializations`) from a
     second compile with the marks weakened to `maybe_mark_dynamic`.
     """
-    require = dyn.require()
+    dyn.require()
     from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
     marked = _marks(args)
@@ -849,7 +842,6 @@ def explain_compile(fn: Callable[..., Any], *args: Any, dynamic: bool | None = N
         raise CompileExplainError(f"torch.compile failed on {_name(fn)}: {type(e).__name__}: {first}") from e
     compile_seconds = time.perf_counter() - t0
     t1 = time.perf_counter()
-    del require
     frames = []
     for c in cap.installed():
         if error is not None:

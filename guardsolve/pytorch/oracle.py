@@ -83,7 +83,7 @@ def agrees(report: Any, *args: Any) -> list[str]:
     """Where the report's guards disagree with Dynamo on `args` (empty: they agree on every frame)."""
     out = []
     for call in dynamo_calls(report, *args):
-        frame = report.frame_of(call.name, call.f_locals)
+        frame = report.frame(call.name)
         values = frame.arguments(call.f_locals)
         ours = frame.guards.check(*values)
         if ours != call.accepted:

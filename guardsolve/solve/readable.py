@@ -33,9 +33,10 @@ from typing import Any, Callable, Iterable, Sequence
 
 import z3
 
-from guardsolve.guards.expr import FALSE, TRUE, And, Const, Div, Formula, Or, Poly, Rel, atom_key, conj, disj, rel
+from guardsolve.guards.expr import And, Const, Div, Formula, Or, Poly, Rel, atom_key, conj, disj, rel
 from guardsolve.solve.constraint import Constraint, DimOrder, render_formula
 from guardsolve.solve.smt import formula_to_z3, z3_vars
+from guardsolve.solve.witness import poly_value
 
 PERIODS = 4  # NOTE: sizes read off: past the constants, this many periods of the lcm of the divisors
 MAX_SPAN = 8192  # the sizes a one-dim constraint is read at, at most
@@ -81,28 +82,13 @@ def _divisions(f: Formula) -> bool:
 # -- evaluation -----------------------------------------------------------------------------
 
 
-def _eval_poly(p: Poly, env: dict[str, int]) -> int:
-    total = 0
-    for m, c in p.terms:
-        v = c
-        for a in m:
-            v *= env[a] if isinstance(a, str) else _eval_div(a, env)
-        total += v
-    return total
-
-
-def _eval_div(d: Div, env: dict[str, int]) -> int:
-    n, k = _eval_poly(d.num, env), _eval_poly(d.den, env)
-    return n // k if d.kind == "floordiv" else n % k
-
-
 def holds(f: Formula, env: dict[str, int]) -> bool:
     """`f` at concrete dims, as the compiled check reads it (a zero divisor rejects)."""
     if isinstance(f, Const):
         return f.value
     if isinstance(f, Rel):
         try:
-            v = _eval_poly(f.poly, env)
+            v = poly_value(f.poly, env)
         except ZeroDivisionError:
             return False
         return {"eq": v == 0, "ne": v != 0, "le": v <= 0}[f.op]
@@ -375,15 +361,9 @@ def readable_formula(f: Formula, sizes: Iterable[str], dims: Sequence[str], back
     """The simplest form of `f` found, proven equivalent by z3 under the `background` (the other
     guards) and sizes >= 0; None if none is shorter than the solver's own text, or none is proven."""
     sizes, order = set(sizes), DimOrder(list(dims))
-    ctx = z3.Context()
-    var = z3_vars(ctx)
-    base = [var(d) >= 0 for d in dims if d in sizes] + [formula_to_z3(b, var) for b in background]
 
     def prove(a: Formula, b: Formula) -> bool:
-        s = z3.Solver(ctx=ctx)
-        s.set("timeout", timeout_ms)
-        s.add(*base, formula_to_z3(a, var) != formula_to_z3(b, var))
-        return s.check() == z3.unsat
+        return readable_proves(a, b, sizes, dims, background, timeout_ms)
 
     return _best(f, sizes, order, prove)
 
@@ -418,7 +398,6 @@ def _one_per_dim(constraints: list[Constraint], sizes: set[str], dims: Sequence[
     for i, c in enumerate(constraints):
         if len(c.dims) == 1 and c.dims[0] in sizes and _constant_divisors(c.formula) is not None:
             groups.setdefault(c.dims[0], []).append(i)
-    order = DimOrder(list(dims))
     out: list[Constraint | None] = list(constraints)
     for d, members in groups.items():
         # NOTE: only where a non-linear guard joins in: two bounds of the ordering layer stay two
@@ -440,7 +419,6 @@ def _one_per_dim(constraints: list[Constraint], sizes: set[str], dims: Sequence[
         out[members[0]] = Constraint(kind, found[0], found[1], prov, (d,))
         for i in members[1:]:
             out[i] = None
-    del order
     return [c for c in out if c is not None]
 
 

@@ -177,7 +177,7 @@ class Simplifier:
             if pinned:
                 st.eqs += pinned
                 continue
-            cancelled = self._closed_forms(self._cancel(general, self._positive(res)))
+            cancelled = self._closed_forms(self._cancel(general, res))
             if set(a.formula for a in cancelled) != set(a.formula for a in general):
                 if all(isinstance(a.formula, Rel) and self.kind(a.formula)[0] == "general" for a in cancelled):
                     # NOTE: every rewritten atom stays with z3: another round would rebuild the
@@ -249,9 +249,7 @@ class Simplifier:
         """
         if not general:
             return general, []
-        lo: dict[str, float] = {d: 0 for d in self.sizes}
-        for d, v in res.lower.items():
-            lo[d] = max(lo.get(d, -INF), v)
+        lo, _ = self._bounds(res)
         keep, boxed = [], []
         for a in general:
             (boxed if holds_on_box(a.formula, lo, res.upper) else keep).append(a)
@@ -318,15 +316,20 @@ class Simplifier:
                 out.append((("bind", d, values[0]), frozenset().union(*(a.prov for a in atoms))))
         return out
 
-    def _positive(self, res: OrderResult) -> Callable[[Any], bool]:
-        """Is an atom `>= 1`? A dim by the ordering layer; a division term by interval
-        arithmetic over the dims' bounds (`bounded`)."""
-        from guardsolve.solve.bounded import _atom_range
-
+    def _bounds(self, res: OrderResult) -> tuple[dict[str, float], dict[str, float]]:
+        """Each dim's interval from the ordering layer (sizes from 0)."""
         lo: dict[str, float] = {d: 0 for d in self.sizes}
         for d, v in res.lower.items():
             lo[d] = max(lo.get(d, -INF), v)
-        hi = {d: res.upper.get(d, INF) for d in lo}
+        return lo, {d: res.upper.get(d, INF) for d in lo}
+
+    def _cancel(self, general: list[Atom], res: OrderResult) -> list[Atom]:
+        """Divide out factors the bounds make positive (`(x*a) % (x*b)` -> `x*(a % b)`,
+        `(u*v) // u` -> `v`): a dim by the ordering layer, a division term by interval
+        arithmetic over the dims' bounds (`bounded`)."""
+        from guardsolve.solve.bounded import _atom_range
+
+        lo, hi = self._bounds(res)
 
         def positive(a: Any) -> bool:
             if isinstance(a, str):
@@ -334,22 +337,16 @@ class Simplifier:
             if not a.dims() <= set(lo):
                 return False
             try:
-                return _atom_range(a, lo, {**hi, **{d: res.upper.get(d, INF) for d in a.dims()}})[0] >= 1
+                return _atom_range(a, lo, hi)[0] >= 1
             except (ZeroDivisionError, OverflowError, ValueError):
                 return False
 
-        positive.bounds = (lo, hi)  # type: ignore[attr-defined]
-        return positive
-
-    def _cancel(self, general: list[Atom], positive: Callable[[Any], bool]) -> list[Atom]:
-        """Divide out dim factors the bounds make positive (`(x*a) % (x*b)` -> `x*(a % b)`)."""
         out: dict[Formula, set[int]] = {}
         memo: dict = {}
         done = self._cancelled
         for a in general:
             # NOTE: `cancel` asks `positive` only about the atom's own dims; with the same answers
             # there the previous round's result stands (most atoms come back unchanged)
-            lo, hi = getattr(positive, "bounds", ({}, {}))
             key = (a.formula, frozenset(d for d in a.formula.dims() if positive(d)),
                    tuple(sorted((d, lo.get(d), hi.get(d)) for d in a.formula.dims())))
             f = done.get(key)
