@@ -100,6 +100,63 @@ def test_cancelled_divisions_keep_pythons_meaning() -> None:
             assert (poly_value(g.poly, env) == 0) == want, (kind, k, c, g, env)
 
 
+def test_polynomial_factors_cancel_with_pythons_meaning() -> None:
+    """`(a*b + a + b + 1) // (a + 1)` is `b + 1` and `% (a + 1)` is 0 where `a + 1 >= 1`; a
+    divisor that the numerator divides goes the other way: `(a + 1) % ((a + 1)*(b + 1))` is
+    `(a + 1)*(1 % (b + 1))`. Checked at every point of a grid, x and y of either sign (where the
+    factor is not positive nothing is cancelled)."""
+    a = Poly.var(Div("floordiv", x - C(1), C(4)))   # an atom, as the conv rules make them
+    b = y
+    prod = (a + C(1)) * (b + C(1))
+    cases = [Div("floordiv", prod, a + C(1)), Div("mod", prod, a + C(1)), Div("mod", a + C(1), prod),
+             Div("floordiv", a + C(1), prod), Div("floordiv", prod.scale(3), (a + C(1)).scale(3))]
+    for d in cases:
+        for xv, yv in itertools.product(range(-9, 30), range(-4, 6)):
+            env = {"x": xv, "y": yv}
+            lo = (xv - 1) // 4 + 1
+            if lo < 1 or poly_value(d.den, env) == 0:
+                continue
+
+            def positive(t: object, env: dict = env) -> bool:
+                p = t if isinstance(t, Poly) else Poly.var(t)  # type: ignore[arg-type]
+                return p.dims() <= env.keys() and poly_value(p, env) >= 1
+            f = Rel("eq", Poly.var(d) - Poly.var("z"))
+            g = cancel(f, positive)
+            cancelled = d not in g.poly.atoms()
+            # NOTE: by a + 1 (positive here) always; a product divisor only where b + 1 is positive too
+            assert cancelled == (d.den == a + C(1) or d.den == (a + C(1)).scale(3) or yv + 1 >= 1), (d, g, env)
+            for zv in range(-3, 12):
+                env2 = {**env, "z": zv}
+                assert (poly_value(g.poly, env2) == 0) == (poly_value(f.poly, env2) == 0), (d, g, env2)
+
+
+def test_exact_quotient_is_exact_or_none() -> None:
+    """`exact_quotient(n, d) * d == n` whenever it answers, and it answers on every product."""
+    import random
+
+    from guardsolve.guards.expr import exact_quotient
+
+    rng = random.Random(7)
+    atoms = [x, y, Poly.var("z"), Poly.var(Div("floordiv", x, C(3)))]
+
+    def poly() -> Poly:
+        p = C(rng.randint(-3, 3))
+        for _ in range(rng.randint(1, 3)):
+            m = C(rng.choice([-2, -1, 1, 2, 3]))
+            for _ in range(rng.randint(0, 2)):
+                m = m * rng.choice(atoms)
+            p = p + m
+        return p
+    for _ in range(300):
+        n, d = poly(), poly()
+        if not d.terms:
+            continue
+        q = exact_quotient(n * d, d)
+        assert q is not None and q * d == n * d, (n, d, q)
+        q2 = exact_quotient(n, d)
+        assert q2 is None or q2 * d == n, (n, d, q2)
+
+
 # -- through normalize and simplify ---------------------------------------------------------
 
 

@@ -407,6 +407,41 @@ def _divide_out(p: Poly, d: Atom) -> Poly:
     return Poly.of(out)
 
 
+def _leading(p: Poly) -> tuple[Monomial, int]:
+    return max(p.terms, key=lambda t: (len(t[0]), [atom_key(a) for a in t[0]]))
+
+
+def exact_quotient(num: Poly, den: Poly) -> Poly | None:
+    """`q` with `num == den * q` as polynomials over the atoms, or None: multivariate division
+    by leading terms (graded by degree, then by atom), which leaves no remainder exactly when
+    `den` divides `num`.
+
+    >>> a, b = Poly.var("a"), Poly.var("b")
+    >>> exact_quotient(a * b + a + b + Poly.const(1), a + Poly.const(1))
+    b + 1
+    >>> exact_quotient(a * b + b + Poly.const(1), a + Poly.const(1)) is None
+    True
+    """
+    if not den.terms:
+        return None
+    lm, lc = _leading(den)
+    rest, q = num, Poly.const(0)
+    for _ in range(4 * len(num.terms) + 4):  # NOTE: each step removes the leading term; bounded anyway
+        if not rest.terms:
+            return q
+        m, c = _leading(rest)
+        if c % lc:
+            return None
+        left = list(m)
+        for a in lm:
+            if a not in left:
+                return None
+            left.remove(a)
+        t = Poly.of({tuple(left): c // lc})
+        q, rest = q + t, rest - den * t
+    return None
+
+
 def cancel(f: Formula, positive: Callable[[str], bool], memo: dict[Div, Poly] | None = None) -> Formula:
     """Divide out factors known to be positive: `(x*a) % (x*b) == 0` -> `a % b == 0` when x >= 1.
 
@@ -452,6 +487,17 @@ def _cancel_div(d: Div, positive: Callable[[str], bool], memo: dict[Div, Poly]) 
         if d.kind == "mod":  # (g*a) % (g*b) == g * (a % b) for g > 0
             scale = scale * Poly.var(g)
         g = _common_dim([num, den], positive)
+    if not den.is_const() and positive(den):
+        # NOTE: a polynomial factor: `(a*b + a + b + 1) // (a + 1)` is `b + 1` where a + 1 >= 1
+        q = exact_quotient(num, den)
+        if q is not None:
+            return scale * (q if d.kind == "floordiv" else Poly.const(0))
+        if positive(num):
+            q = exact_quotient(den, num)  # (g*1) % (g*q) == g * (1 % q) and 1 // q for g >= 1
+            if q is not None:
+                if d.kind == "mod":
+                    scale = scale * num
+                num, den = Poly.const(1), q
     # (k*a) // (k*b) == a // b and (k*a) % (k*b) == k * (a % b) for any integer k != 0
     k = reduce(math.gcd, [abs(c) for _, c in num.terms] + [abs(c) for _, c in den.terms], 0)
     if k > 1:

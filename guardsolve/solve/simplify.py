@@ -325,9 +325,10 @@ class Simplifier:
 
     def _cancel(self, general: list[Atom], res: OrderResult) -> list[Atom]:
         """Divide out factors the bounds make positive (`(x*a) % (x*b)` -> `x*(a % b)`,
-        `(u*v) // u` -> `v`): a dim by the ordering layer, a division term by interval
-        arithmetic over the dims' bounds (`bounded`)."""
-        from guardsolve.solve.bounded import _atom_range
+        `(u*v) // u` -> `v`, `(a*b + a + b + 1) // (a + 1)` -> `b + 1`): a dim by the ordering
+        layer, a division term or a polynomial by interval arithmetic over the dims' bounds
+        (`bounded`)."""
+        from guardsolve.solve.bounded import _atom_range, _poly_range
 
         lo, hi = self._bounds(res)
 
@@ -337,7 +338,7 @@ class Simplifier:
             if not a.dims() <= set(lo):
                 return False
             try:
-                return _atom_range(a, lo, hi)[0] >= 1
+                return (_poly_range(a, lo, hi) if isinstance(a, Poly) else _atom_range(a, lo, hi))[0] >= 1
             except (ZeroDivisionError, OverflowError, ValueError):
                 return False
 
