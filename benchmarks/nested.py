@@ -59,12 +59,10 @@ def export_seconds(model: Any, x: torch.Tensor) -> float | str:
     return time.perf_counter() - t0
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--skip-export", action="store_true", help="do not time torch.export (Swin's takes minutes)")
-    ap.add_argument("-o", "--output", help="write the report here (default benchmarks/NESTED.md)")
-    a = ap.parse_args()
-    warnings.filterwarnings("ignore")
+def measure(skip_export: bool = False) -> list[dict[str, Any]]:
+    """One row per model: bailouts, the guards, minimal, the longest guard, guardsolve's trace +
+    simplify time (`explore=False`) and torch.export's, and the target (benchmarks/run.py's
+    `nested` section prints the same rows)."""
     rows = []
     for name, (model, x, target) in models().items():
         t0 = time.perf_counter()
@@ -72,21 +70,39 @@ def main() -> None:
             t = guardsolve.trace(model, x)
             gs = guardsolve.simplify(t, explore=False)
         ours = time.perf_counter() - t0
-        exp = "not run" if a.skip_export else export_seconds(model, x)
+        exp = "not run" if skip_export else export_seconds(model, x)
         longest = max((len(c.text) for c in gs), default=0)
-        rows.append((name, len(t.guard_graph().bailouts()), len(gs), gs.minimal, longest, ours, target, exp,
-                     "; ".join(c.text if len(c.text) <= 60 else c.text[:57] + "..." for c in gs)))
+        rows.append({"model": name, "bailouts": len(t.guard_graph().bailouts()), "guards": len(gs),
+                     "minimal": gs.minimal, "longest": longest, "t_gs": ours, "target": target, "t_export": exp,
+                     "met": ours < target and gs.minimal and (name != "swin" or longest < 80),
+                     "shown": "; ".join(c.text if len(c.text) <= 60 else c.text[:57] + "..." for c in gs)})
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    out = ["| model | bailouts | guards | minimal | longest guard | guardsolve | target | torch.export | guards |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        exp = r["t_export"]
+        exp_text = f"{exp:.2f} s" if isinstance(exp, float) else exp
+        out.append(f"| {r['model']} | {r['bailouts']} | {r['guards']} | {r['minimal']} | {r['longest']} | "
+                   f"{r['t_gs']:.2f} s | < {r['target']} s: {'MET' if r['met'] else 'MISSED'} | {exp_text} | "
+                   f"`{r['shown']}` |")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--skip-export", action="store_true", help="do not time torch.export (Swin's takes minutes)")
+    ap.add_argument("-o", "--output", help="write the report here (default benchmarks/NESTED.md)")
+    a = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    rows = measure(a.skip_export)
     lines = ["# Nested divisions: guardsolve vs torch.export", "",
              f"`python benchmarks/nested.py` on {datetime.date.today()}, torch {torch.__version__}, "
              f"{platform.machine()}, {os.cpu_count()} cores; trace + simplify without path merging "
-             "(`explore=False`), torch.export with `Dim.AUTO` on every dim.", "",
-             "| model | bailouts | guards | minimal | longest guard | guardsolve | target | torch.export | guards |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for name, bailouts, n, minimal, longest, ours, target, exp, shown in rows:
-        status = "MET" if ours < target and minimal and (name != "swin" or longest < 80) else "MISSED"
-        exp_text = f"{exp:.2f} s" if isinstance(exp, float) else exp
-        lines.append(f"| {name} | {bailouts} | {n} | {minimal} | {longest} | {ours:.2f} s | < {target} s: {status} | "
-                     f"{exp_text} | `{shown}` |")
+             "(`explore=False`), torch.export with `Dim.AUTO` on every dim. The same rows are the `nested` "
+             "section of `benchmarks/run.py`.", ""] + table(rows)
     text = "\n".join(lines)
     print(text)
     with open(a.output or os.path.join(HERE, "NESTED.md"), "w") as f:

@@ -31,7 +31,7 @@ from guardsolve.ir.concrete import run_concrete  # noqa: E402
 from workloads import CMP, mixed_comparisons, mixed_guard_graph  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SECTIONS = ["mixed", "chain", "models", "real", "check", "scale"]
+SECTIONS = ["mixed", "chain", "models", "real", "nested", "check", "scale"]
 
 
 def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
@@ -284,6 +284,28 @@ def bench_real(repeats: int, names: list[str] | None = None) -> list[dict[str, A
     return rows
 
 
+# -- 4b. nested divisions: transformers Swin, Segformer and wav2vec2 beside torch.export ----------
+
+
+def bench_nested(skip_export: bool) -> list[dict[str, Any]]:
+    """benchmarks/nested.py's rows (issue 29's models whose guards nest divisions)."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("  nested: skipped (transformers is not installed)", file=sys.stderr)
+        return []
+    import nested
+
+    return nested.measure(skip_export)
+
+
+def nested_table(rows: list) -> list[str]:
+    import nested
+
+    return ["## nested divisions: trace + simplify (example's path) beside torch.export (benchmarks/nested.py)",
+            ""] + nested.table(rows)
+
+
 # -- 5. check -------------------------------------------------------------------------------
 
 
@@ -492,12 +514,15 @@ def scale_table(scale: list) -> list[str]:
                   for prev, r in zip([None] + scale[:-1], scale)])
 
 
-def targets(mixed: list, chains: list, checks: list, scale: list, real: list) -> list[str]:
+def targets(mixed: list, chains: list, checks: list, scale: list, real: list, nested: list = ()) -> list[str]:
     out = []
 
     def mark(ok: bool, text: str) -> None:
         out.append(f"{'MET' if ok else 'MISSED'}: {text}")
 
+    for r in nested:
+        mark(r["met"], f"nested {r['model']}: trace + simplify < {r['target']} s ({r['t_gs']:.2f} s), minimal "
+                       f"({r['minimal']}), longest guard {r['longest']} characters")
     for r in real:
         # NOTE: like for like: the example's path is what make_fx and torch.export give (their
         # 0/1 specialization); merging the routes is more, and its cost is measured beside it
@@ -574,11 +599,13 @@ def main() -> None:
         "chain": lambda: bench_chain(sizes([100, 1000], [100, 1000, 5000]), rep),
         "models": lambda: bench_models(rep),
         "real": lambda: bench_real(rep, ["transformer_layer"] if args.smallest else None),
+        "nested": lambda: bench_nested(skip_export=args.quick or args.smallest),
         "check": lambda: bench_check(sizes([2000], [10000])[0] // (10 if args.smallest else 1)),
         "scale": lambda: bench_scale(sizes([10_000, 100_000], [10_000, 100_000, 1_000_000])),
     }
     tables = {"mixed": mixed_table, "chain": chain_table, "models": models_table,
               "real": lambda rows: real_table(rows) + [""] + paths_table(rows),
+              "nested": nested_table,
               "check": check_table,
               "scale": scale_table}
     started = time.perf_counter()
@@ -591,7 +618,8 @@ def main() -> None:
             # NOTE: each table prints as soon as its section ends, so a long run loses nothing
             print("\n" + "\n".join(tables[name](results[name])), flush=True)
             lines += [""] + tables[name](results[name])
-    done = targets(results["mixed"], results["chain"], results["check"], results["scale"], results["real"])
+    done = targets(results["mixed"], results["chain"], results["check"], results["scale"], results["real"],
+                   results["nested"])
     lines += ["", "## targets", ""] + [f"- {t}" for t in done]
     lines += ["", f"Whole run: {fmt(time.perf_counter() - started)}."]
     print("\n" + "\n".join(lines[-len(done) - 4:]), flush=True)

@@ -1,7 +1,5 @@
 """`python -m guardsolve` runs the command line."""
 
-import sys
+from guardsolve.cli import console
 
-from guardsolve.cli import main
-
-sys.exit(main())
+console()

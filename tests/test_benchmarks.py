@@ -39,7 +39,7 @@ def test_runner_smoke_run_of_every_section() -> None:
     after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in BENCH.iterdir() if p.is_file()}
     assert after == before, "a smoke run must leave benchmarks/ (the committed RESULTS.md) untouched"
     assert "wrote " not in out.stdout
-    for title in ("## mixed-N", "## chain-N", "## models", "## check", "## scale", "## targets"):
+    for title in ("## mixed-N", "## chain-N", "## models", "## nested divisions", "## check", "## scale", "## targets"):
         assert title in out.stdout, title
     assert "| 100 | 497 |" in out.stdout and "| 10013 |" in out.stdout  # mixed-100 and scale-10k rows
     assert "MET: mixed-100: only irredundant guards (100/100)" in out.stdout  # z3-checked, not a timing

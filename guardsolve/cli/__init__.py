@@ -127,6 +127,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                            f"for the traceback, and please report it)", 3)
 
 
+def console() -> None:
+    """The `guardsolve` command: `main`, then exit without tearing the interpreter down.
+
+    NOTE: everything is written and flushed by then; unloading torch, z3 and a user's model
+    library module by module takes about a second, longer than many reports take.
+    """
+    status = main()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        status = 141
+    sys.stderr.flush()
+    os._exit(status)
+
+
 def _fail(args: argparse.Namespace, message: str, status: int) -> int:
     if args.debug:
         traceback.print_exc()

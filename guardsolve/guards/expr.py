@@ -111,11 +111,12 @@ class Poly:
             object.__setattr__(self, "_dims_seen", seen)
         return seen
 
-    def substitute(self, f: Callable[[str], "Poly"]) -> "Poly":
-        return Poly.of(self._substituted(f))
+    def substitute(self, f: Callable[[str], "Poly"], memo: dict | None = None) -> "Poly":
+        return Poly.of(self._substituted(f, memo))
 
-    def _substituted(self, f: Callable[[str], "Poly"]) -> dict[Monomial, int]:
-        """The terms of `substitute(f)`, as a dict (zero coefficients dropped)."""
+    def _substituted(self, f: Callable[[str], "Poly"], memo: dict | None = None) -> dict[Monomial, int]:
+        """The terms of `substitute(f)`, as a dict (zero coefficients dropped). `memo` (one
+        per `f`) keeps each division's result: nested rules repeat the same division terms."""
         d: dict[Monomial, int] = {}
         get = d.get
         for m, c in self.terms:
@@ -127,7 +128,15 @@ class Poly:
             else:
                 p = Poly.const(1)
                 for a in m:
-                    p = p * (f(a) if isinstance(a, str) else a.substitute(f))
+                    if isinstance(a, str):
+                        p = p * f(a)
+                        continue
+                    done = memo.get(a) if memo is not None else None
+                    if done is None:
+                        done = a.substitute(f, memo)
+                        if memo is not None:
+                            memo[a] = done
+                    p = p * done
             for m2, c2 in p.terms:
                 d[m2] = get(m2, 0) + c * c2
         return {m: c for m, c in d.items() if c != 0}
@@ -166,8 +175,8 @@ class Div:
     def dims(self) -> set[str]:
         return self.num.dims() | self.den.dims()
 
-    def substitute(self, f: Callable[[str], Poly]) -> Poly:
-        return divide(self.kind, self.num.substitute(f), self.den.substitute(f))
+    def substitute(self, f: Callable[[str], Poly], memo: dict | None = None) -> Poly:
+        return divide(self.kind, self.num.substitute(f, memo), self.den.substitute(f, memo))
 
     def render(self, key: Callable[[Atom], tuple] = atom_key) -> str:
         sym = "//" if self.kind == "floordiv" else "%"
@@ -354,13 +363,14 @@ def conjuncts(f: Formula) -> list[Formula]:
     return [] if f == TRUE else [f]
 
 
-def substitute(f: Formula, s: Callable[[str], Poly]) -> Formula:
-    """Replace dims by polynomials and renormalize."""
+def substitute(f: Formula, s: Callable[[str], Poly], memo: dict | None = None) -> Formula:
+    """Replace dims by polynomials and renormalize. Pass one `memo` dict for many formulas
+    substituted with the same `s`: each division term is then rewritten once."""
     if isinstance(f, Const):
         return f
     if isinstance(f, Rel):
-        return _normal(f.op, f.poly._substituted(s))
-    parts = [substitute(a, s) for a in f.args]
+        return _normal(f.op, f.poly._substituted(s, memo))
+    parts = [substitute(a, s, memo) for a in f.args]
     return disj(parts) if isinstance(f, Or) else conj(parts)
 
 

@@ -269,24 +269,33 @@ def _times(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float
     return min(ends), max(ends)
 
 
-def _poly_range(p: Poly, lo: Mapping[str, float], hi: Mapping[str, float]) -> tuple[float, float]:
+def _poly_range(p: Poly, lo: Mapping[str, float], hi: Mapping[str, float], memo: dict | None = None
+                ) -> tuple[float, float]:
+    """An interval holding `p` on the box; `memo` (one per box) keeps each division's."""
     total = (0.0, 0.0)
     for mono, c in p.terms:
         r: tuple[float, float] = (1, 1)
         for atom in mono:
-            r = _times(r, _atom_range(atom, lo, hi))
+            r = _times(r, _atom_range(atom, lo, hi, memo))
         r = _times(r, (c, c))
         total = (total[0] + r[0], total[1] + r[1])
     return total
 
 
-def _atom_range(atom: Atom, lo: Mapping[str, float], hi: Mapping[str, float]) -> tuple[float, float]:
+def _atom_range(atom: Atom, lo: Mapping[str, float], hi: Mapping[str, float], memo: dict | None = None
+                ) -> tuple[float, float]:
     if isinstance(atom, str):
         return lo.get(atom, -INF), hi.get(atom, INF)
-    n0, n1 = _poly_range(atom.num, lo, hi)
-    d0, d1 = _poly_range(atom.den, lo, hi)
+    if memo is not None and atom in memo:
+        return memo[atom]
+    n0, n1 = _poly_range(atom.num, lo, hi, memo)
+    d0, d1 = _poly_range(atom.den, lo, hi, memo)
     if d0 < 1 or n0 < 0:
-        return -INF, INF  # NOTE: only nonnegative numerators over positive divisors
-    if atom.kind == "mod":
-        return (n0, n1) if n1 < d0 else (0, d1 - 1)
-    return (0 if d1 == INF else n0 // d1), (INF if n1 == INF else n1 // d0)
+        out = (-INF, INF)  # NOTE: only nonnegative numerators over positive divisors
+    elif atom.kind == "mod":
+        out = (n0, n1) if n1 < d0 else (0, d1 - 1)
+    else:
+        out = (0 if d1 == INF else n0 // d1), (INF if n1 == INF else n1 // d0)
+    if memo is not None:
+        memo[atom] = out
+    return out

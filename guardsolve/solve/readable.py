@@ -96,6 +96,29 @@ def holds(f: Formula, env: dict[str, int]) -> bool:
     return any(vals) if isinstance(f, Or) else all(vals)
 
 
+def truth_table(f: Formula, x: str, span: int) -> list[bool]:
+    """`holds(f, {x: v})` for v in range(span), from one compiled function (Swin's nested
+    divisions are a DAG that interpreting walks as a tree at every size).
+
+    >>> from guardsolve.guards.expr import Div, Poly, rel
+    >>> truth_table(rel("eq", Poly.var(Div("mod", Poly.var("x"), Poly.const(3))), Poly.const(0)), "x", 7)
+    [True, False, False, True, False, False, True]
+    """
+    from guardsolve.solve.witness import _source
+
+    if isinstance(f, Const):
+        return [f.value] * span
+    fn = eval(compile(f"lambda {x}: ({_source(f, {x: x})})", "<readable>", "eval"),  # noqa: S307 - our own source
+              {"__builtins__": {}})
+    out = []
+    for v in range(span):
+        try:
+            out.append(bool(fn(v)))
+        except ZeroDivisionError:
+            out.append(False)
+    return out
+
+
 # -- one dim --------------------------------------------------------------------------------
 
 
@@ -154,7 +177,7 @@ def _one_dim(f: Formula, x: str, divisors: Sequence[int]) -> list[tuple[Formula,
     span = start + PERIODS * period
     if span > MAX_SPAN:
         span, start = MAX_SPAN, MAX_SPAN // 2
-    truth = [holds(f, {x: v}) for v in range(span)]
+    truth = truth_table(f, x, span)
     tail = truth[start:]
     X = Poly.var(x)
     K = Poly.const
@@ -423,9 +446,10 @@ def _one_per_dim(constraints: list[Constraint], sizes: set[str], dims: Sequence[
 
 
 def readable_proves(a: Formula, b: Formula, sizes: set[str], dims: Sequence[str], background: Sequence[Formula],
-                    timeout_ms: int) -> bool:
-    """z3: `a` and `b` agree wherever the `background` holds and sizes are >= 0."""
-    ctx = z3.Context()
+                    timeout_ms: int, ctx: z3.Context | None = None) -> bool:
+    """z3: `a` and `b` agree wherever the `background` holds and sizes are >= 0 (in `ctx`, a
+    fresh context by default: making one costs milliseconds, so a caller with many reuses one)."""
+    ctx = ctx if ctx is not None else z3.Context()
     var = z3_vars(ctx)
     s = z3.Solver(ctx=ctx)
     s.set("timeout", timeout_ms)

@@ -260,6 +260,8 @@ class Simplifier:
         bound, a range, a residue: `solve.readable`), proven equal for every size by z3; a
         bound then joins the ordering layer instead of reaching the solver."""
         from guardsolve.solve.readable import _constant_divisors, _divisions as _constant_divisors_in, _one_dim
+        import z3
+
         from guardsolve.solve.readable import readable_proves
 
         memo = self.__dict__.setdefault("_closed", {})
@@ -279,8 +281,11 @@ class Simplifier:
                     # ordering layer; a residue stays as it came (rewriting one residue form into
                     # another would go round forever)
                     linear = [(g, t) for g, t in _one_dim(f, d, divisors) if not _constant_divisors_in(g)]
+                    ctx = self.__dict__.get("_closed_ctx")
+                    if ctx is None:
+                        ctx = self.__dict__["_closed_ctx"] = z3.Context()
                     for g, _ in sorted(linear, key=lambda ft: len(ft[1])):
-                        if readable_proves(f, g, self.sizes, [d], [], min(self.timeout_ms, 500)):
+                        if readable_proves(f, g, self.sizes, [d], [], min(self.timeout_ms, 500), ctx):
                             memo[f] = g
                             break
             g = memo[f]
@@ -331,6 +336,7 @@ class Simplifier:
         from guardsolve.solve.bounded import _atom_range, _poly_range
 
         lo, hi = self._bounds(res)
+        ranges: dict = {}  # NOTE: each division's interval on this round's box, computed once
 
         def positive(a: Any) -> bool:
             if isinstance(a, str):
@@ -338,7 +344,7 @@ class Simplifier:
             if not a.dims() <= set(lo):
                 return False
             try:
-                return (_poly_range(a, lo, hi) if isinstance(a, Poly) else _atom_range(a, lo, hi))[0] >= 1
+                return (_poly_range(a, lo, hi, ranges) if isinstance(a, Poly) else _atom_range(a, lo, hi, ranges))[0] >= 1
             except (ZeroDivisionError, OverflowError, ValueError):
                 return False
 
@@ -430,6 +436,8 @@ class Simplifier:
         def s(x: str) -> Poly:
             return moved[x] if x in moved else Poly.var(x)
 
+        divs: dict = {}  # NOTE: each division term rewritten once for all atoms of this round
+
         atoms: dict[Formula, set[int]] = {}
         new_eqs: list[tuple[tuple[Any, ...], Prov]] = []
         for a in st.rest:
@@ -437,7 +445,7 @@ class Simplifier:
             if parts is None or not changed.isdisjoint(a.formula.dims()):
                 # NOTE: an atom over representatives only is already normalized: no rewrite.
                 dims = a.formula.dims()
-                f = substitute(a.formula, s) if any(d in moved for d in dims) else a.formula
+                f = substitute(a.formula, s, divs) if any(d in moved for d in dims) else a.formula
                 parts = f if f == TRUE or f == FALSE else [(c, self.kind(c)) for c in conjuncts(f)]
             self._memo[a.formula] = parts
             if parts == TRUE:
