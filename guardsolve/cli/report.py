@@ -137,7 +137,7 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
     if not len(gs):
         lines.append("(no guards: every input of these ranks is accepted)")
     for c in gs:
-        lines.append(c.text)
+        lines += c.lines()
         seen: set[str] = set()
         for i in sorted(c.prov):
             origin = gs._origin(i)

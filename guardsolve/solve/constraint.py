@@ -50,6 +50,26 @@ class Constraint:
     def sort_key(self, order: DimOrder) -> tuple:
         return (KIND_RANK[self.kind], [order.key(d) for d in self.dims], self.text)
 
+    def lines(self, width: int = 100) -> list[str]:
+        """How a report prints it: the text, or a long `(route) or (route) or ...` (merged
+        routes of many operands) one route to a line, its conjuncts joined by commas.
+
+        >>> from guardsolve.guards.expr import conj, disj, rel
+        >>> x, y = Poly.var("x0"), Poly.var("y0")
+        >>> f = disj([conj([rel("eq", x, Poly.const(k)), rel("ge", y, Poly.const(k))]) for k in range(3)])
+        >>> print("\\n".join(Constraint("general", f, render_formula(f, DimOrder(["x0", "y0"])), frozenset(), ("x0", "y0")).lines(40)))
+        one of 3:
+            x0 == 0, y0 >= 0
+            x0 == 1, y0 >= 1
+            x0 == 2, y0 >= 2
+        """
+        f = self.formula
+        if len(self.text) <= width or not isinstance(f, Or) or len(f.args) < 3:
+            return [self.text]
+        order = DimOrder(list(self.dims))
+        rows = sorted(", ".join(sorted(render_formula(b, order) for b in getattr(a, "args", [a]))) for a in f.args)
+        return [f"one of {len(rows)}:"] + [f"    {r}" for r in rows]
+
 
 def _plus(name: str, k: int) -> str:
     return name if k == 0 else (f"{name} + {k}" if k > 0 else f"{name} - {-k}")

@@ -308,6 +308,49 @@ def disjoin(paths: Sequence[Mapping[str, Any]], dims: Iterable[str], sizes: Iter
             for c, prov in clauses.items()]
 
 
+def routes(paths: Sequence[Mapping[str, Any]], dims: Iterable[str], sizes: Iterable[str],
+           terms: Mapping[str, Poly] | None = None) -> list[tuple[Formula, frozenset[int]]]:
+    """The disjunction of `paths` as a few conjunctions (DNF), each with its provenance: paths
+    another contains dropped, paths that differ in one dim's set alone joined, as `disjoin`
+    does before it distributes. Used where the CNF of many routes is past a reader's budget
+    (a broadcast of three operands has a route per operand and dim at size 1). An empty list
+    is no route; a route of no literal (TRUE) accepts everything.
+
+    >>> p0 = {"sets": {"x0": IntSet.at_least(2), "y0": IntSet.at_least(2)}, "rest": {}}
+    >>> p1 = {"sets": {"x0": IntSet.point(1), "y0": IntSet.at_least(2)}, "rest": {}}
+    >>> p2 = {"sets": {"x0": IntSet.point(0), "y0": IntSet.point(0)}, "rest": {}}
+    >>> from guardsolve.solve.constraint import DimOrder, render_formula
+    >>> [render_formula(f, DimOrder(["x0", "y0"])) for f, _ in routes([p0, p1, p2], {"x0", "y0"}, {"x0", "y0"})]
+    ['(x0 >= 1) and (y0 >= 2)', '(x0 == 0) and (y0 == 0)']
+    """
+    sized = set(sizes)
+    terms = dict(terms or {})
+    domains = {d: SIZES if d in sized else IntSet.full() for d in dims}
+    for key, term in terms.items():
+        nonneg = all(isinstance(a, str) and a in sized for m, _ in term.terms for a in m)
+        domains[key] = SIZES if nonneg else IntSet.full()
+
+    def pair(v: Any) -> tuple[Any, frozenset[int]]:
+        return v if isinstance(v, tuple) else (v, frozenset())
+
+    work = []
+    for p in paths:
+        sets = {}
+        for d, v in p["sets"].items():
+            s, prov = pair(v)
+            domains.setdefault(d, IntSet.full())
+            s = s.inter(domains[d])
+            if s != domains[d]:
+                sets[d] = (s, prov)
+        work.append(_Path(sets, {k: pair(v) for k, v in p["rest"].items()}))
+    out = []
+    for p in _reduce_paths(work, domains):
+        parts = [(s.formula(terms.get(d, d), domains[d]), prov) for d, (s, prov) in sorted(p.sets.items())]
+        parts += [(f, prov) for _, (f, prov) in sorted(p.rest.items())]
+        out.append((conj(f for f, _ in parts), frozenset().union(*(pr for _, pr in parts))))
+    return out
+
+
 def _minimal(clauses: dict[_Clause, frozenset[int]]) -> dict[_Clause, frozenset[int]]:
     """The clauses no other implies (a stronger clause makes a weaker one redundant)."""
     items = sorted(clauses.items(), key=lambda kv: (len(kv[0].sets) + len(kv[0].rest), repr(kv[0])))

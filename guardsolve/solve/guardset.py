@@ -152,7 +152,7 @@ class GuardSet:
         return self.constraints[i]
 
     def __str__(self) -> str:
-        return "\n".join(c.text for c in self.constraints)
+        return "\n".join(line for c in self.constraints for line in c.lines())
 
     def __repr__(self) -> str:
         """
@@ -443,10 +443,6 @@ class GuardSet:
             more = f" (and {len(flipped) - 2} more)" if len(flipped) > 2 else ""
             out.append(f"    {p.describe()}: takes another route" + (f" where {asked}{more}" if asked else "")
                        + f"; its guards: {', '.join(c.text for c in p.guards) or 'none'}")
-        if ex.unmerged:
-            out.append(f"the same trace, not merged (more than {len(self.constraints)} guards would be needed):")
-            out += [f"    {p.describe()}: its guards: {', '.join(c.text for c in p.guards) or 'none'}"
-                    for p in ex.unmerged]
         if self.probes:
             out.append("another trace at these sizes (rejected):")
             out += [f"    {p.describe()}: {p.because()}" for p in self.probes]

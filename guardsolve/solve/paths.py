@@ -32,7 +32,9 @@ import z3
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.solve.constraint import Constraint
+from guardsolve.guards.expr import TRUE as _TRUE
 from guardsolve.solve.disjoin import disjoin, one_term_set
+from guardsolve.solve.disjoin import routes as _routes
 from guardsolve.solve.smt import formula_to_z3, z3_vars
 
 VALUES = (0, 1)
@@ -86,7 +88,6 @@ class Exploration:
 
     paths: list[Path] = field(default_factory=list)
     probes: list[Probe] = field(default_factory=list)
-    unmerged: list[Path] = field(default_factory=list)  # same trace, left out to keep the guards few
     traces: int = 0
     seconds: float = 0.0
     skipped: str | None = None  # why nothing was explored
@@ -449,28 +450,29 @@ def merged_clauses(base: Any, paths: Sequence[Path], max_clauses: int | None = N
     return disjoin(literals, dims, base.sizes, terms, guard_budget(base) if max_clauses is None else max_clauses)
 
 
+def one_of_routes(base: Any, paths: Sequence[Path], common: Sequence[tuple[Any, frozenset[int]]]
+                  ) -> list[tuple[Any, frozenset[int]]]:
+    """The routes' disjunction as `common` (constraints every route implies) and one
+    constraint `(route 1) or (route 2) or ...`, each route without the literals `common`
+    already says: exact, since every route implies `common`. For routes whose CNF is past the
+    reader's budget (a broadcast of many operands, each at size 1 in each dim)."""
+    from guardsolve.guards.expr import conj, conjuncts, disj
+
+    terms: dict[str, Any] = {}
+    literals = [path_literals(base, True, terms)] + [path_literals(p.guards, False, terms) for p in paths]
+    dims = list(base.dims) + [d for p in paths for d in p.guards.dims if d not in base.dims]
+    said = {f for f, _ in common}
+    routes = [(conj(g for g in conjuncts(f) if g not in said), prov)
+              for f, prov in _routes(literals, dims, base.sizes, terms)]
+    union = disj(f for f, _ in routes)
+    prov = frozenset().union(*(p for _, p in routes))
+    return list(common) + ([] if union == _TRUE else [(union, prov)])
+
+
 def guard_budget(base: Any) -> int:
-    """How many guards merged routes may take: a reader's budget, not the solver's (routes
-    that would need more stay listed, unmerged)."""
+    """How many guards the routes' clauses may take: a reader's budget, not the solver's (past
+    it, they read as what every route implies and one of the routes: `one_of_routes`)."""
     return max(16, 4 * len(base.constraints) + 4)
-
-
-def select_paths(base: Any, paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
-    """The routes to merge, and those left out: all of them when their disjunction's clauses
-    fit `guard_budget`; else, one at a time, the route that leaves the fewest clauses (a route
-    that only widens one dim, `x0 == 1` next to `x0 >= 2`, leaves fewer than the base had)
-    while they fit. A route that needs many clauses (the broadcasts of three operands, each at
-    size 1 alone) is still a route: `explain()` lists it."""
-    if merged_clauses(base, list(paths)) is not None:
-        return list(paths), []
-    kept: list[Path] = []
-    left = list(paths)
-    while left:
-        sizes = [(len(c), i) for i, p in enumerate(left) if (c := merged_clauses(base, kept + [p])) is not None]
-        if not sizes:
-            break
-        kept.append(left.pop(min(sizes)[1]))
-    return kept, left
 
 
 def implied_atoms(base: Any, paths: Sequence[Path], have: Sequence[Any], timeout_ms: int,

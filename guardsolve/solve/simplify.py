@@ -688,7 +688,7 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
 
     from guardsolve.ir.ops import Op
     from guardsolve.solve.paths import (WIDE_CLAUSES, explore, explore_saved, guard_budget, implied_atoms,
-                                        merged_clauses, prove_union, select_paths)
+                                        merged_clauses, one_of_routes, prove_union)
     from guardsolve.solve.tograph import emit_bailout
     from guardsolve.trace.tracer import Trace
 
@@ -702,12 +702,17 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
         return base.with_routes(ex)
     ctx = z3.Context()  # NOTE: one context for the merge's questions (making one costs ~4 ms)
 
-    def reduced(paths: list[Any], max_clauses: int | None) -> tuple[list[Constraint], Any] | None:
-        """The minimal guards of the routes' disjunction (None past `max_clauses` raw clauses)."""
-        clauses = merged_clauses(base, paths, max_clauses)
-        if clauses is None:
-            return None
-        clauses += implied_atoms(base, paths, [f for f, _ in clauses], timeout_ms, ctx)
+    def reduced(paths: list[Any], max_clauses: int | None, one_of: bool = False
+                ) -> tuple[list[Constraint], Any] | None:
+        """The minimal guards of the routes' disjunction (None past `max_clauses` raw clauses);
+        `one_of`: as the constraints every route implies and one `(route) or (route) ...`."""
+        if one_of:
+            clauses = one_of_routes(base, paths, implied_atoms(base, paths, [], timeout_ms, ctx))
+        else:
+            clauses = merged_clauses(base, paths, max_clauses)
+            if clauses is None:
+                return None
+            clauses += implied_atoms(base, paths, [f for f, _ in clauses], timeout_ms, ctx)
         g = Graph(meta={"signature": base.signature})
         for d in base.dims:
             g.emit(Op.INT_PLACEHOLDER if d in base.sizes else Op.INT_ARG, (), name=d)
@@ -721,13 +726,15 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
 
     # NOTE: every route first, its raw clauses up to WIDE_CLAUSES: the constraints every route
     # implies often make most of them redundant (`mv`: 1 guard); kept when the minimal set fits
-    # the reader's budget, else routes are picked best-first within it (`select_paths`)
+    # the reader's budget, else what every route implies and one `(route) or (route) ...`
     wide = reduced(ex.paths, WIDE_CLAUSES) if len(ex.paths) > 1 else None
     if wide is not None and len(wide[0]) <= guard_budget(base):
         constraints, merged = wide
-    else:
-        ex.paths, ex.unmerged = select_paths(base, ex.paths)
+    elif len(ex.paths) == 1:
         constraints, merged = reduced(ex.paths, None) or ([], None)
+    else:
+        # NOTE: past the budget as clauses: what every route implies, and one of the routes
+        constraints, merged = reduced(ex.paths, None, one_of=True) or ([], None)
     failed = prove_union(constraints, [base.constraints] + [p.guards.constraints for p in ex.paths], base.sizes,
                          timeout_ms, ctx)
     if failed is not None:
