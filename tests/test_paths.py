@@ -182,6 +182,22 @@ def test_disjoin_merges_one_dim_sets_and_distributes_the_rest() -> None:
     assert IntSet.full().minus_point(1).union(IntSet.point(1)) == IntSet.full()
 
 
+@settings(max_examples=examples(200), deadline=None)
+@given(parts=st.lists(st.tuples(st.integers(-3, 14), st.integers(0, 6)), min_size=1, max_size=4),
+       open_end=st.booleans(), sized=st.booleans())
+def test_a_set_prints_as_a_formula_with_the_same_members(parts: list, open_end: bool, sized: bool) -> None:
+    """`IntSet.formula` (how the routes' sets print) holds exactly at the set's members inside
+    its domain: `{0} | [2, 9]` once printed as `x == 0`, which the union proof caught."""
+    from guardsolve.solve.disjoin import SIZES
+    from guardsolve.solve.readable import holds
+
+    s = IntSet.of([(lo, lo + w) for lo, w in parts] + ([(20, None)] if open_end else []))
+    domain = SIZES if sized else IntSet.full()
+    f = s.formula("x", domain)
+    for v in range(-6 if not sized else 0, 30):
+        assert holds(f, {"x": v}) == s.contains(v), (s, f, v)
+
+
 # -- property: random programs ---------------------------------------------------------------
 
 UNARY = [torch.sin, torch.relu, lambda x: x.sum(-1, keepdim=True), lambda x: x.softmax(-1),

@@ -112,7 +112,8 @@ class IntSet:
 
         points = [v for lo, hi in s.parts if lo is not None and hi is not None and hi - lo < 3
                   for v in range(lo, hi + 1)]
-        if len(s.parts) > 1 and all(lo is not None and hi is not None for lo, hi in s.parts) and len(points) <= 3:
+        if len(s.parts) > 1 and all(lo is not None and hi is not None and hi - lo < 3 for lo, hi in s.parts) \
+                and len(points) <= 3:
             return disj(rel("eq", x, Poly.const(v)) for v in points)  # NOTE: `x0 == 1 or x0 == 3`
         if len(s.parts) == 1:
             return bounds(*s.parts[0])
