@@ -41,6 +41,8 @@ VALUES = (0, 1)
 MAX_PROBES = 16  # points traced again per trace, at most (each costs up to a trace)
 SMALL_TRACE = 40  # a trace of at most this many nodes is cheap to trace again: up to SMALL_PROBES
 SMALL_PROBES = 64
+TINY_TRACE = 12  # one op or two (a broadcast of three operands): every point queued, up to TINY_PROBES
+TINY_PROBES = 160
 WIDE_CLAUSES = 96  # raw clauses of every route's disjunction tried before picking routes
 MAX_PAIRS_UNITS = 12  # pairs of dims or classes at 1 are tried up to this many dims and classes
 MAX_DIMS = 32  # more input dims than this: not explored (the routes' disjunction grows too large)
@@ -284,7 +286,7 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
 
     rng = torch.random.get_rng_state()
     try:
-        return _search(out, example, base, probe, reduce, limit, small=len(t.graph.nodes) <= SMALL_TRACE)
+        return _search(out, example, base, probe, reduce, limit, size=len(t.graph.nodes))
     finally:
         torch.random.set_rng_state(rng)  # NOTE: the probes' random ops leave the user's stream as it was
 
@@ -318,7 +320,7 @@ def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, li
         gg.meta["static"] = graph.meta.get("static", ())
         return ("same", gg)
 
-    return _search(out, example, base, probe, reduce, limit, small=len(graph.nodes) <= SMALL_TRACE)
+    return _search(out, example, base, probe, reduce, limit, size=len(graph.nodes))
 
 
 def _graph_at(graph: Graph, signature: Any, point: Mapping[str, int]) -> Graph:
@@ -338,7 +340,7 @@ def _graph_at(graph: Graph, signature: Any, point: Mapping[str, int]) -> Graph:
 
 
 def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callable[[Mapping[str, int]], Outcome],
-            reduce: Callable[[Graph], Any], limit: int | None, small: bool = False) -> Exploration:
+            reduce: Callable[[Graph], Any], limit: int | None, size: int = SMALL_TRACE + 1) -> Exploration:
     """The points to probe, in order (each dim and class at 0 and 1, then mixes, then the
     neighbours of every point that merged), skipping those a known route accepts or a known
     region rejects; at most `limit` probes."""
@@ -361,7 +363,9 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
                 queue.append((mix, tuple(d for d in example if mix[d] != example[d])))
     # NOTE: a small trace (a few ops) is cheap to trace again: every point queued so far, and
     # some neighbours of the routes found
-    budget = limit if limit is not None else (min(len(queue) + 8, SMALL_PROBES) if small else
+    small = size <= SMALL_TRACE
+    cap = TINY_PROBES if size <= TINY_TRACE else SMALL_PROBES
+    budget = limit if limit is not None else (min(len(queue) + 8, cap) if small else
                                               min(4 * len(units) + 4, MAX_PROBES))
     seen = {tuple(sorted(example.items()))}
     looked = 0

@@ -701,6 +701,19 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
     if not ex.paths:
         return base.with_routes(ex)
     ctx = z3.Context()  # NOTE: one context for the merge's questions (making one costs ~4 ms)
+    # NOTE: a division's divisor is a guard of its own at the top level (a zero divisor
+    # rejects), so inside a clause `(x + (x + 1) // 2 - 1) // ((x + 1) // 2) == 2 or x == 0`
+    # it would still reject x == 0. Each route is merged in its proven readable form (`x >= 2`)
+    # where one is found: the same set of inputs, so the same disjunction.
+    from dataclasses import replace
+
+    from guardsolve.solve.guardset import _has_division
+
+    def plain(gs: GuardSet) -> GuardSet:
+        return readable_guards(gs, timeout_ms) if any(_has_division(c) for c in gs.constraints) else gs
+
+    base = plain(base)
+    ex.paths = [replace(p, guards=plain(p.guards)) for p in ex.paths]
 
     def reduced(paths: list[Any], max_clauses: int | None, one_of: bool = False
                 ) -> tuple[list[Constraint], Any] | None:
