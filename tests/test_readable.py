@@ -100,3 +100,29 @@ def test_swin_pins_its_image_size_in_four_short_guards() -> None:
                                           "pixel_values3 == 32"]
     assert gs.minimal and gs.verify().equivalent
     assert seconds < 30  # NOTE: 1.3 s here; a loose bound on a shared machine (benchmarks/nested.py measures it)
+
+
+def test_periodic_equal_decides_as_z3_does() -> None:
+    """The solver-free decision of closed forms (`periodic_equal`) answers as z3 does, on random
+    one-dim comparisons of nested divisions by constants against bounds and ranges."""
+    import random
+
+    from guardsolve.guards.expr import Div, Poly, disj, rel
+    from guardsolve.solve.readable import periodic_equal, readable_proves
+
+    rng = random.Random(29)
+    X, K = Poly.var("x"), Poly.const
+    decided = 0
+    for _ in range(150):
+        p = X.scale(rng.choice([1, 2, 3])) + K(rng.randint(-6, 6))
+        for _ in range(rng.randint(1, 2)):
+            kind = rng.choice(["floordiv", "mod"])
+            p = Poly.var(Div(kind, p, K(rng.choice([2, 3, 4])))) + K(rng.randint(-3, 3))
+        f = rel(rng.choice(["eq", "ne", "le", "ge"]), p, K(rng.randint(-2, 4)))
+        lo, hi = sorted(rng.sample(range(0, 12), 2))
+        g = rng.choice([rel("ge", X, K(lo)), rel("le", X, K(hi)), disj([rel("lt", X, K(lo)), rel("ge", X, K(hi))])])
+        got = periodic_equal(f, g, "x")
+        assert got is not None, f
+        assert got == readable_proves(f, g, {"x"}, ["x"], [], 5000), (f, g)
+        decided += got
+    assert decided > 0  # NOTE: some pairs agree, so both answers are exercised

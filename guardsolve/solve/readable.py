@@ -119,6 +119,64 @@ def truth_table(f: Formula, x: str, span: int) -> list[bool]:
     return out
 
 
+def _linear(p: Poly) -> bool:
+    """Is `p` of degree at most 1 in its atoms, each division by a positive constant of a
+    numerator that is itself linear? Then `p` is linear in k on each residue class
+    `x = r + k*P` of its period P (a division by c of something that steps by s*c steps by s)."""
+    for m, _ in p.terms:
+        if len(m) > 1:
+            return False
+        for a in m:
+            if isinstance(a, Div) and not (a.den.is_const() and a.den.constant > 0 and _linear(a.num)):
+                return False
+    return True
+
+
+def _rels(f: Formula) -> Iterable[Rel]:
+    if isinstance(f, Rel):
+        yield f
+    elif isinstance(f, (Or, And)):
+        for a in f.args:
+            yield from _rels(a)
+
+
+def periodic_equal(f: Formula, g: Formula, x: str, most: int = 200_000) -> bool | None:
+    """Decide `f(x) == g(x)` for every size x >= 0, exactly and without a solver, when both are
+    over x alone and every comparison in them is linear in x's divisions by constants (None
+    otherwise, or past `most` evaluations).
+
+    Proof: on each residue class `x = r + k*P` (P a common period, `_period`), each compared
+    polynomial is exactly `a + b*k` (`_linear`), so its sign, and whether it is zero, is the
+    same for every k above |a| / |b| + 1. Past the largest such k on every class, f and g are
+    constant in k, so they agree everywhere iff they agree at every x up to P times that k + 2.
+
+    >>> from guardsolve.guards.expr import Poly, rel
+    >>> q = Poly.var(Div("floordiv", Poly.var("x") - Poly.const(2), Poly.const(2)))
+    >>> X, K = Poly.var("x"), Poly.const
+    >>> periodic_equal(rel("ne", q, K(0)), disj([rel("le", X, K(1)), rel("ge", X, K(4))]), "x")  # (-2) // 2 == -1
+    True
+    >>> periodic_equal(rel("ne", q, K(0)), rel("ge", X, K(4)), "x")
+    False
+    """
+    rels = list(_rels(f)) + list(_rels(g))
+    if not all(r.dims() <= {x} and _linear(r.poly) for r in rels):
+        return None
+    period = math.lcm(_period(f), _period(g))
+    if period > most:
+        return None
+    steps = 0
+    for r in range(period):
+        for rel_ in rels:
+            a = poly_value(rel_.poly, {x: r})
+            b = poly_value(rel_.poly, {x: r + period}) - a
+            if b:
+                steps = max(steps, abs(a) // abs(b) + 1)
+    span = period * (steps + 2)
+    if span > most:
+        return None
+    return truth_table(f, x, span) == truth_table(g, x, span)
+
+
 # -- one dim --------------------------------------------------------------------------------
 
 

@@ -262,7 +262,7 @@ class Simplifier:
         from guardsolve.solve.readable import _constant_divisors, _divisions as _constant_divisors_in, _one_dim
         import z3
 
-        from guardsolve.solve.readable import readable_proves
+        from guardsolve.solve.readable import periodic_equal, readable_proves
 
         memo = self.__dict__.setdefault("_closed", {})
         out = []
@@ -285,7 +285,12 @@ class Simplifier:
                     if ctx is None:
                         ctx = self.__dict__["_closed_ctx"] = z3.Context()
                     for g, _ in sorted(linear, key=lambda ft: len(ft[1])):
-                        if readable_proves(f, g, self.sizes, [d], [], min(self.timeout_ms, 500), ctx):
+                        # NOTE: decided exactly by evaluation where both are linear in d's
+                        # divisions (`periodic_equal`); z3 proves the rest
+                        same = periodic_equal(f, g, d)
+                        if same is None:
+                            same = readable_proves(f, g, self.sizes, [d], [], min(self.timeout_ms, 500), ctx)
+                        if same:
                             memo[f] = g
                             break
             g = memo[f]
