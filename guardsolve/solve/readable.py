@@ -489,7 +489,9 @@ def _one_per_dim(constraints: list[Constraint], sizes: set[str], dims: Sequence[
         others = [c.formula for j, c in enumerate(constraints) if j not in members and d in c.dims]
         found = None
         for g, text in sorted(_one_dim(together, d, divisors), key=lambda ft: len(ft[1])):
-            if readable_proves(together, g, sizes, dims, others, timeout_ms):
+            # NOTE: equal at every size is equal under the others too: decided without z3 where
+            # both are linear in d's divisions (`periodic_equal`)
+            if periodic_equal(together, g, d) or readable_proves(together, g, sizes, dims, others, timeout_ms):
                 found = (g, text)
                 break
         # NOTE: one guard for several is worth a few more characters (`5 <= x <= 8` for two bounds)
