@@ -706,21 +706,8 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
     if not ex.paths:
         return base.with_routes(ex)
     ctx = z3.Context()  # NOTE: one context for the merge's questions (making one costs ~4 ms)
-    # NOTE: a division's divisor is a guard of its own at the top level (a zero divisor
-    # rejects), so inside a clause `(x + (x + 1) // 2 - 1) // ((x + 1) // 2) == 2 or x == 0`
-    # it would still reject x == 0. Each route is merged in its proven readable form (`x >= 2`)
-    # where one is found: the same set of inputs, so the same disjunction.
-    from dataclasses import replace
 
-    from guardsolve.solve.guardset import _has_division
-
-    def plain(gs: GuardSet) -> GuardSet:
-        return readable_guards(gs, timeout_ms) if any(_has_division(c) for c in gs.constraints) else gs
-
-    base = plain(base)
-    ex.paths = [replace(p, guards=plain(p.guards)) for p in ex.paths]
-
-    def reduced(paths: list[Any], max_clauses: int | None, one_of: bool = False
+    def reduced(base: GuardSet, paths: list[Any], max_clauses: int | None, one_of: bool = False
                 ) -> tuple[list[Constraint], Any] | None:
         """The minimal guards of the routes' disjunction (None past `max_clauses` raw clauses);
         `one_of`: as the constraints every route implies and one `(route) or (route) ...`."""
@@ -742,19 +729,40 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
         return [Constraint(c.kind, c.formula, c.text, frozenset().union(*(prov_of.get(i, frozenset()) for i in c.prov)),
                            c.dims) for c in (merged or ())], merged
 
-    # NOTE: every route first, its raw clauses up to WIDE_CLAUSES: the constraints every route
-    # implies often make most of them redundant (`mv`: 1 guard); kept when the minimal set fits
-    # the reader's budget, else what every route implies and one `(route) or (route) ...`
-    wide = reduced(ex.paths, WIDE_CLAUSES) if len(ex.paths) > 1 else None
-    if wide is not None and len(wide[0]) <= guard_budget(base):
-        constraints, merged = wide
-    elif len(ex.paths) == 1:
-        constraints, merged = reduced(ex.paths, None) or ([], None)
-    else:
-        # NOTE: past the budget as clauses: what every route implies, and one of the routes
-        constraints, merged = reduced(ex.paths, None, one_of=True) or ([], None)
-    failed = prove_union(constraints, [base.constraints] + [p.guards.constraints for p in ex.paths], base.sizes,
-                         timeout_ms, ctx)
+    def merge(base: GuardSet, paths: list[Any]) -> tuple[list[Constraint], Any, str | None]:
+        """The merged guards, the GuardSet they came from, and why z3 did not prove them the
+        routes' disjunction (None when it did)."""
+        # NOTE: every route first, its raw clauses up to WIDE_CLAUSES: the constraints every route
+        # implies often make most of them redundant (`mv`: 1 guard); kept when the minimal set fits
+        # the reader's budget, else what every route implies and one `(route) or (route) ...`
+        wide = reduced(base, paths, WIDE_CLAUSES) if len(paths) > 1 else None
+        if wide is not None and len(wide[0]) <= guard_budget(base):
+            constraints, merged = wide
+        elif len(paths) == 1:
+            constraints, merged = reduced(base, paths, None) or ([], None)
+        else:
+            constraints, merged = reduced(base, paths, None, one_of=True) or ([], None)
+        failed = prove_union(constraints, [base.constraints] + [p.guards.constraints for p in paths], base.sizes,
+                             timeout_ms, ctx)
+        return constraints, merged, failed
+
+    constraints, merged, failed = merge(base, ex.paths)
+    if failed is not None:
+        # NOTE: a division's divisor is a guard of its own at the top level (a zero divisor
+        # rejects), so inside a clause `(x + (x + 1) // 2 - 1) // ((x + 1) // 2) == 2 or x == 0`
+        # it still rejects x == 0. Then each route is merged again in its proven readable form
+        # (`x >= 2`) where one is found: the same set of inputs, so the same disjunction.
+        from dataclasses import replace
+
+        from guardsolve.solve.guardset import _has_division
+
+        def plain(gs: GuardSet) -> GuardSet:
+            return readable_guards(gs, timeout_ms) if any(_has_division(c) for c in gs.constraints) else gs
+
+        if any(_has_division(c) for g in [base] + [p.guards for p in ex.paths] for c in g.constraints):
+            base = plain(base)
+            ex.paths = [replace(p, guards=plain(p.guards)) for p in ex.paths]
+            constraints, merged, failed = merge(base, ex.paths)
     if failed is not None:
         # NOTE: never a guard set that is not the paths' disjunction: the example's path alone
         ex.skipped = f"the merged guards were not proved equal to the paths' ({failed}); kept the example's path"
