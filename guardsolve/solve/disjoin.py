@@ -243,24 +243,16 @@ class _Clause:
         return self.rest <= o.rest and all(s.subset(theirs.get(d, IntSet.empty())) for d, s in self.sets)
 
 
-def disjoin(paths: Sequence[Mapping[str, Any]], dims: Iterable[str], sizes: Iterable[str],
-            terms: Mapping[str, Poly] | None = None, max_clauses: int = MAX_CLAUSES
-            ) -> list[tuple[Formula, frozenset[int]]] | None:
-    """CNF clauses, each with its provenance, equivalent to the disjunction of `paths`.
-
-    Each path is `{"sets": {key: IntSet or (IntSet, prov)}, "rest": {text: Formula or (Formula, prov)}}`;
-    a key is a dim, or names a term in `terms` (a product of dims: `x0*x1`, >= 0 when its dims
-    are sizes). None when the clauses would be more than `max_clauses` (at any step).
-    """
+def _prepared(paths: Sequence[Mapping[str, Any]], dims: Iterable[str], sizes: Iterable[str],
+              terms: Mapping[str, Poly] | None) -> tuple[list[_Path], dict[str, IntSet], dict[str, Poly]]:
+    """The paths as `_Path`s with each set cut to its key's domain (sizes and products of
+    sizes from 0), the domains, and the terms."""
     sized = set(sizes)
     terms = dict(terms or {})
     domains = {d: SIZES if d in sized else IntSet.full() for d in dims}
     for key, term in terms.items():
         nonneg = all(isinstance(a, str) and a in sized for m, _ in term.terms for a in m)
         domains[key] = SIZES if nonneg else IntSet.full()
-
-    def var(key: str) -> "str | Poly":
-        return terms.get(key, key)
 
     def pair(v: Any) -> tuple[Any, frozenset[int]]:
         return v if isinstance(v, tuple) else (v, frozenset())
@@ -275,6 +267,23 @@ def disjoin(paths: Sequence[Mapping[str, Any]], dims: Iterable[str], sizes: Iter
             if s != domains[d]:
                 sets[d] = (s, prov)
         work.append(_Path(sets, {k: pair(v) for k, v in p["rest"].items()}))
+    return work, domains, terms
+
+
+def disjoin(paths: Sequence[Mapping[str, Any]], dims: Iterable[str], sizes: Iterable[str],
+            terms: Mapping[str, Poly] | None = None, max_clauses: int = MAX_CLAUSES
+            ) -> list[tuple[Formula, frozenset[int]]] | None:
+    """CNF clauses, each with its provenance, equivalent to the disjunction of `paths`.
+
+    Each path is `{"sets": {key: IntSet or (IntSet, prov)}, "rest": {text: Formula or (Formula, prov)}}`;
+    a key is a dim, or names a term in `terms` (a product of dims: `x0*x1`, >= 0 when its dims
+    are sizes). None when the clauses would be more than `max_clauses` (at any step).
+    """
+    work, domains, terms = _prepared(paths, dims, sizes, terms)
+
+    def var(key: str) -> "str | Poly":
+        return terms.get(key, key)
+
     if any(not p.sets and not p.rest for p in work):
         return []  # NOTE: one path accepts everything
     work = _reduce_paths(work, domains)
@@ -324,26 +333,7 @@ def routes(paths: Sequence[Mapping[str, Any]], dims: Iterable[str], sizes: Itera
     >>> [render_formula(f, DimOrder(["x0", "y0"])) for f, _ in routes([p0, p1, p2], {"x0", "y0"}, {"x0", "y0"})]
     ['(x0 >= 1) and (y0 >= 2)', '(x0 == 0) and (y0 == 0)']
     """
-    sized = set(sizes)
-    terms = dict(terms or {})
-    domains = {d: SIZES if d in sized else IntSet.full() for d in dims}
-    for key, term in terms.items():
-        nonneg = all(isinstance(a, str) and a in sized for m, _ in term.terms for a in m)
-        domains[key] = SIZES if nonneg else IntSet.full()
-
-    def pair(v: Any) -> tuple[Any, frozenset[int]]:
-        return v if isinstance(v, tuple) else (v, frozenset())
-
-    work = []
-    for p in paths:
-        sets = {}
-        for d, v in p["sets"].items():
-            s, prov = pair(v)
-            domains.setdefault(d, IntSet.full())
-            s = s.inter(domains[d])
-            if s != domains[d]:
-                sets[d] = (s, prov)
-        work.append(_Path(sets, {k: pair(v) for k, v in p["rest"].items()}))
+    work, domains, terms = _prepared(paths, dims, sizes, terms)
     out = []
     for p in _reduce_paths(work, domains):
         parts = [(s.formula(terms.get(d, d), domains[d]), prov) for d, (s, prov) in sorted(p.sets.items())]
