@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import z3
 
-from guardsolve.guards.expr import And, Const, Div, Formula, Or, Poly, Rel, atom_key, conj, disj, rel
+from guardsolve.guards.expr import TRUE, And, Const, Div, Formula, Or, Poly, Rel, atom_key, conj, disj, rel
 from guardsolve.solve.constraint import Constraint, DimOrder, render_formula
 from guardsolve.solve.smt import formula_to_z3, z3_vars
 from guardsolve.solve.witness import poly_value
@@ -528,8 +528,7 @@ def irredundant(constraints: Sequence[Constraint], before: Sequence[Constraint],
     out = list(constraints)
     dropped: set[int] = set()
     undecided: list[str] = []
-    ctx = z3.Context()
-    var = z3_vars(ctx)
+    ctx: z3.Context | None = None
     deadline = time.monotonic() + BUDGET_S
     for c in list(out):
         if not set(c.dims) & changed or len(out) < 2:
@@ -538,6 +537,18 @@ def irredundant(constraints: Sequence[Constraint], before: Sequence[Constraint],
             undecided.append(f"is `{c.text}` implied by the rest, read as printed? not asked (time budget spent)")
             continue
         others = [o for o in out if o is not c]
+        if len(c.dims) == 1 and c.dims[0] in sizes and not any(c.dims[0] in o.dims for o in others):
+            # NOTE: alone on its size (the set is satisfiable, so the others cannot imply it):
+            # redundant only if it holds at every size, decided exactly where it is linear
+            always = periodic_equal(c.formula, TRUE, c.dims[0])
+            if always is not None:
+                if always:
+                    out = others
+                    dropped |= c.prov
+                continue
+        if ctx is None:
+            ctx = z3.Context()
+            var = z3_vars(ctx)
         s = z3.Solver(ctx=ctx)
         s.set("timeout", timeout_ms)
         s.add(*(var(d) >= 0 for o in out for d in o.dims if d in sizes))

@@ -281,14 +281,15 @@ class Simplifier:
                     # ordering layer; a residue stays as it came (rewriting one residue form into
                     # another would go round forever)
                     linear = [(g, t) for g, t in _one_dim(f, d, divisors) if not _constant_divisors_in(g)]
-                    ctx = self.__dict__.get("_closed_ctx")
-                    if ctx is None:
-                        ctx = self.__dict__["_closed_ctx"] = z3.Context()
                     for g, _ in sorted(linear, key=lambda ft: len(ft[1])):
                         # NOTE: decided exactly by evaluation where both are linear in d's
-                        # divisions (`periodic_equal`); z3 proves the rest
+                        # divisions (`periodic_equal`); z3 proves the rest (one context, made
+                        # when first needed: making one costs milliseconds)
                         same = periodic_equal(f, g, d)
                         if same is None:
+                            ctx = self.__dict__.get("_closed_ctx")
+                            if ctx is None:
+                                ctx = self.__dict__["_closed_ctx"] = z3.Context()
                             same = readable_proves(f, g, self.sizes, [d], [], min(self.timeout_ms, 500), ctx)
                         if same:
                             memo[f] = g
