@@ -192,15 +192,25 @@ def _on_data(g: Graph) -> bool:
     return any(n.op is Op.BOOL_OPAQUE for n in g.nodes)
 
 
+def _run(g: Graph, point: Mapping[str, int]) -> None:
+    """Interpret guard graph `g` at `point` (raises `GuardFailure` where a decision fails).
+
+    NOTE: not validated again: these graphs are the tracer's own (a trace's decisions, a
+    probe's prefix), asked at many points each.
+    """
+    from guardsolve.ir.concrete import concrete_rules
+    from guardsolve.ir.interp import interpret
+
+    interpret(g, concrete_rules(dict(point)), validate=False)
+
+
 def _decided_otherwise(user: Graph | None, point: Mapping[str, int]) -> str | None:
     """Where the program (outside any op) decides otherwise at `point`, or None."""
     from guardsolve.errors import GuardFailure, GuardsolveError
-    from guardsolve.ir.concrete import run_concrete
-
     if user is None:
         return None
     try:
-        run_concrete(user, dict(point))
+        _run(user, point)
     except GuardFailure as e:
         loc = getattr(e, "loc", None)
         return str(loc) if loc is not None else "a decision of its own"
@@ -223,10 +233,8 @@ def _decided(e: BaseException) -> bool:
 def _inside(g: Graph, point: Mapping[str, int]) -> bool:
     """Does `point` make every decision recorded in guard graph `g` as it was made?"""
     from guardsolve.errors import GuardsolveError
-    from guardsolve.ir.concrete import run_concrete
-
     try:
-        run_concrete(g, dict(point))
+        _run(g, point)
     except (GuardsolveError, ArithmeticError, KeyError):  # NOTE: a failed guard, a zero divisor
         return False
     return True
