@@ -263,3 +263,32 @@ def test_dynamic_says_where_the_trace_serves_more_than_torch_export() -> None:
     assert "no guard constrains them" in out.stdout  # NOTE: torch.export's sizes >= 2 ask for nothing more
     assert "note: the trace also serves input0=0; input0=1; input1=1" in out.stdout
     assert 'dynamic_shapes = {"input": {0: input0, 1: input1}}' in out.stdout
+
+
+def test_routes_past_the_clause_budget_read_as_one_of_the_routes() -> None:
+    """A broadcast of three operands has a route per operand and dim at size 1: past the
+    reader's clause budget the guards are one `(route) or (route) ...`, exact (`verify`), printed a
+    route to a line; each printed line, read as Python, holds exactly where its route does."""
+    import random
+    import re
+
+    from guardsolve.solve.readable import holds
+
+    def clamp(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(x, lo, hi)
+
+    gs = guardsolve.simplify(guardsolve.trace(clamp, *(torch.randn(3, 4) for _ in range(3))))
+    (c,) = [c for c in gs if c.lines()[0].startswith("one of")]
+    rows = c.lines()[1:]
+    assert len(rows) == int(c.lines()[0].split()[2].rstrip(":")) > 8
+    assert any(re.search(r"^x0 == lo0 == hi0, ", r.strip()) for r in rows)  # NOTE: equal dims print as one chain
+    cert = gs.verify()
+    assert cert.equivalent and cert.irredundant
+    rng = random.Random(3)
+    for _ in range(400):
+        point = {d: rng.choice([0, 1, 2, 3, 4]) for d in c.dims}
+        printed = any(all(eval(part, {}, dict(point)) for part in r.strip().split(", ")) for r in rows)
+        assert printed == holds(c.formula, point), (point, c.text)
+    # batch 1 of one operand is served, a size that broadcasts nowhere is not
+    assert gs.check(torch.randn(1, 4), torch.randn(3, 4), torch.randn(3, 1))
+    assert not gs.check(torch.randn(2, 4), torch.randn(3, 4), torch.randn(3, 4))

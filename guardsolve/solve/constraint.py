@@ -8,7 +8,7 @@ b0 == a0 + 3 | a0 < b0 | a0 != 1
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from guardsolve.guards.expr import Atom, Formula, Or, Poly, Rel, Const
 from guardsolve.solve.order import Z
@@ -67,8 +67,36 @@ class Constraint:
         if len(self.text) <= width or not isinstance(f, Or) or len(f.args) < 3:
             return [self.text]
         order = DimOrder(list(self.dims))
-        rows = sorted(", ".join(sorted(render_formula(b, order) for b in getattr(a, "args", [a]))) for a in f.args)
+        rows = sorted(_row(getattr(a, "args", [a]), order) for a in f.args)
         return [f"one of {len(rows)}:"] + [f"    {r}" for r in rows]
+
+
+def _row(parts: Iterable[Formula], order: DimOrder) -> str:
+    """One route of a `one of` guard: its equalities of dims as chains (`a0 == b0 == c0`, as
+    Python reads it), then the rest, comma-separated."""
+    parent: dict[str, str] = {}
+
+    def find(d: str) -> str:
+        while parent.get(d, d) != d:
+            d = parent[d]
+        return d
+
+    rest = []
+    for b in parts:
+        lin = b.poly.nonconst() if isinstance(b, Rel) and b.op == "eq" and b.poly.constant == 0 else {}
+        if len(lin) == 2 and sorted(lin.values()) == [-1, 1] and all(len(m) == 1 and isinstance(m[0], str) for m in lin):
+            u, v = (m[0] for m in lin)
+            parent[find(u)] = find(v)
+        else:
+            rest.append(render_formula(b, order))
+    chains: dict[str, list[str]] = {}
+    for d in parent:
+        chains.setdefault(find(d), []).append(d)
+    for d in list(parent.values()):
+        if d not in parent:
+            chains.setdefault(find(d), []).append(d)
+    texts = [" == ".join(sorted(set(ds), key=order.key)) for ds in chains.values()]
+    return ", ".join(sorted(texts, key=lambda t: order.key(t.split(" ")[0])) + sorted(rest))
 
 
 def _plus(name: str, k: int) -> str:
