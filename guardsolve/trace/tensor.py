@@ -263,12 +263,13 @@ class TracingMode(TorchDispatchMode):
         except GuardsolveError:
             raise
         except Exception as e:
-            if _decomposable(func) and real_out is not None:
+            if _decomposable(func) and (real_out is not None or self.rec.meta_first):
                 # NOTE: a CompositeImplicit op whose decomposition fails on meta tensors (it reads
-                # an argument's data: `narrow(x, 0, t, 2)`, `tensor_split(x, t)`) decomposes
-                # here instead, over the traced tensors: its parts are traced ops (eager's own
-                # kernels, as its eager composite calls them). Not before eager has run (a probe's
-                # meta-first order): the rule may fail because the sizes are wrong
+                # an argument's data: `narrow(x, 0, t, 2)`, `tensor_split(x, t)`; PyTorch's `_refs`
+                # refuse `hinge_embedding_loss`'s integer reduction) decomposes here instead, over
+                # the traced tensors: its parts are traced ops (eager's own kernels, as its eager
+                # composite calls them). In a probe's meta-first order too, as a fresh trace
+                # would: each part's own rule still runs before its kernel
                 self.rec.real = None
                 with self:
                     return True, func.decompose(*args, **kwargs)
