@@ -50,6 +50,14 @@ class Constraint:
     def sort_key(self, order: DimOrder) -> tuple:
         return (KIND_RANK[self.kind], [order.key(d) for d in self.dims], self.text)
 
+    def short(self, width: int = 100) -> str:
+        """The text, or for a long `one of` guard (see `lines`) its first line and dims:
+        `one of 42 routes over x0, x1, lo0` (where a message has one line for it)."""
+        head = self.lines(width)
+        if len(head) == 1:
+            return self.text
+        return f"{head[0].rstrip(':')} routes over {', '.join(self.dims)}"
+
     def lines(self, width: int = 100) -> list[str]:
         """How a report prints it: the text, or a long `(route) or (route) or ...` (merged
         routes of many operands) one route to a line, its conjuncts joined by commas.
@@ -62,6 +70,8 @@ class Constraint:
             x0 == 0, y0 >= 0
             x0 == 1, y0 >= 1
             x0 == 2, y0 >= 2
+        >>> Constraint("general", f, render_formula(f, DimOrder(["x0", "y0"])), frozenset(), ("x0", "y0")).short(40)
+        'one of 3 routes over x0, y0'
         """
         f = self.formula
         if len(self.text) <= width or not isinstance(f, Or) or len(f.args) < 3:

@@ -160,7 +160,7 @@ class GuardSet:
         >>> guardsolve.simplify(guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4)))
         <GuardSet of 1 guard over a0, b0 (minimal; 8 static): (a0 == 1) or (a0 == b0) or (b0 == 1)>
         """
-        shown = "; ".join(c.text for c in self.constraints[:3]) + ("; ..." if len(self.constraints) > 3 else "")
+        shown = "; ".join(c.short() for c in self.constraints[:3]) + ("; ..." if len(self.constraints) > 3 else "")
         n = len(self.constraints)
         return (f"<GuardSet of {n} guard{'s' if n != 1 else ''} over {', '.join(self.dims) or 'no dims'} "
                 f"({'minimal' if self.minimal else 'not proved minimal'}; {len(self.static)} static)"
@@ -303,7 +303,7 @@ class GuardSet:
         where = f"{self._asked(min(c.prov))} — {self._origin(min(c.prov))}" if c.prov else ""
         probe = next((p for p in self.probes if dict(p.point) == dims), None)
         why = f"; a fresh trace at these sizes {probe.because()}" if probe is not None else ""
-        return f"{c.text} failed ({values}){where}{why}"
+        return f"{c.short()} failed ({values}){where}{why}"
 
     # -- explaining ------------------------------------------------------------------------
 
@@ -409,7 +409,7 @@ class GuardSet:
             out.append("checked first (static: not sizes):")
             out += [f"    {g.text}" for g in self.static]
         for c in self.constraints:
-            out.append(c.text)
+            out += c.lines()
             for i in sorted(c.prov):
                 out.append(f"    from {self._reading(i)}{self._asked(i)}  at {self._origin(i)}")
         always = set(self.tautologies)
