@@ -96,16 +96,15 @@ def _row(parts: Iterable[Formula], order: DimOrder) -> str:
         lin = b.poly.nonconst() if isinstance(b, Rel) and b.op == "eq" and b.poly.constant == 0 else {}
         if len(lin) == 2 and sorted(lin.values()) == [-1, 1] and all(len(m) == 1 and isinstance(m[0], str) for m in lin):
             u, v = (m[0] for m in lin)
+            parent.setdefault(u, u)
+            parent.setdefault(v, v)
             parent[find(u)] = find(v)
         else:
             rest.append(render_formula(b, order))
     chains: dict[str, list[str]] = {}
     for d in parent:
         chains.setdefault(find(d), []).append(d)
-    for d in list(parent.values()):
-        if d not in parent:
-            chains.setdefault(find(d), []).append(d)
-    texts = [" == ".join(sorted(set(ds), key=order.key)) for ds in chains.values()]
+    texts = [" == ".join(sorted(ds, key=order.key)) for ds in chains.values()]
     return ", ".join(sorted(texts, key=lambda t: order.key(t.split(" ")[0])) + sorted(rest))
 
 

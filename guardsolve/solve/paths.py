@@ -452,13 +452,20 @@ def path_literals(gs: Any, provenance: bool, terms: dict[str, Any]) -> dict[str,
     return {"sets": sets, "rest": rest}
 
 
+def _all_literals(base: Any, paths: Sequence[Path]) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
+    """The base's and each path's constraints as `disjoin` takes them (the base's with their
+    provenance), every dim they mention, and the product terms by key."""
+    terms: dict[str, Any] = {}
+    literals = [path_literals(base, True, terms)] + [path_literals(p.guards, False, terms) for p in paths]
+    dims = list(base.dims) + [d for p in paths for d in p.guards.dims if d not in base.dims]
+    return literals, dims, terms
+
+
 def merged_clauses(base: Any, paths: Sequence[Path], max_clauses: int | None = None
                    ) -> list[tuple[Any, frozenset[int]]] | None:
     """The disjunction of the base guards and each path's, as clauses with the base's provenance
     (None past `max_clauses`, the reader's budget by default)."""
-    terms: dict[str, Any] = {}
-    literals = [path_literals(base, True, terms)] + [path_literals(p.guards, False, terms) for p in paths]
-    dims = list(base.dims) + [d for p in paths for d in p.guards.dims if d not in base.dims]
+    literals, dims, terms = _all_literals(base, paths)
     return disjoin(literals, dims, base.sizes, terms, guard_budget(base) if max_clauses is None else max_clauses)
 
 
@@ -470,9 +477,7 @@ def one_of_routes(base: Any, paths: Sequence[Path], common: Sequence[tuple[Any, 
     reader's budget (a broadcast of many operands, each at size 1 in each dim)."""
     from guardsolve.guards.expr import conj, conjuncts, disj
 
-    terms: dict[str, Any] = {}
-    literals = [path_literals(base, True, terms)] + [path_literals(p.guards, False, terms) for p in paths]
-    dims = list(base.dims) + [d for p in paths for d in p.guards.dims if d not in base.dims]
+    literals, dims, terms = _all_literals(base, paths)
     said = {f for f, _ in common}
     routes = [(conj(g for g in conjuncts(f) if g not in said), prov)
               for f, prov in _routes(literals, dims, base.sizes, terms)]
