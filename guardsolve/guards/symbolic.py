@@ -218,13 +218,17 @@ class Recorder:
             return
         if self.capture is not None:
             self.capture.append((g, expect))
-        key = (g, expect, (loc.file, loc.line) if loc is not None else None)
+        user = not self.depth and self.trace is not None
+        # NOTE: a decision of the user's code is kept apart from the same one an op's rule made
+        # on the same line: the trace records the user's (a probe that answers it otherwise
+        # records another trace, known without tracing again: `paths._user_decisions`)
+        key = (g, expect, (loc.file, loc.line) if loc is not None else None, user)
         if key not in self._seen:
             self._seen.add(key)
             meta = {"loc": loc, **self.extra}
             if self.depth and self.op is not None:
                 meta["op"] = str(self.op)
-            elif not self.depth and self.trace is not None:
+            elif user:
                 meta["user"] = True  # NOTE: outside any op: the trace records this decision too
             self.guards.emit(Op.BOOL_BAILOUT, (g,), meta=meta, expect=expect)
 
