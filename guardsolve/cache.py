@@ -342,7 +342,7 @@ class GuardedFunction:
         if self._modules is not None:
             static.append(self._training_guard())
         gs = simplify(t, timeout_ms=self.timeout_ms, explore=self.explore).with_static(static, names)
-        t.inputs = None  # NOTE: the entry keeps its trace, not the call's tensors
+        t.inputs = t.recorded = None  # NOTE: the entry keeps its trace, not the call's tensors (nor its recorder)
         run = compile_replay(t.graph, t.out_spec, t.constants)
         assert gs._check is not None
         return Entry(t, gs, run, names, None if plain or len(traced) == len(values) else traced, gs._check,

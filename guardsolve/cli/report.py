@@ -84,6 +84,7 @@ def json_report(gs: GuardSet, info: ReportInfo) -> str:
     if ex is not None:
         doc["paths"] = {
             "traces": ex.traces,
+            "replayed": ex.replayed,
             "seconds": round(ex.seconds, 6),
             "skipped": ex.skipped,
             "merged": [{"at": dict(p.point), "changed": list(p.changed), "guards": [c.text for c in p.guards],
@@ -170,9 +171,10 @@ def path_lines(gs: GuardSet, rejected: int = 6) -> list[str]:
     ex = gs.exploration
     if ex is None:
         return []
-    if ex.skipped and not ex.traces:
+    if ex.skipped and not (ex.traces or ex.replayed):
         return ["", f"other routes: not explored ({ex.skipped})"]
-    lines = ["", f"other routes: tried at {plural(ex.traces, 'point')} (sizes 0 and 1) in "
+    lines = ["", f"other routes: tried at {plural(ex.traces + ex.replayed, 'point')} (sizes 0 and 1; "
+                 f"{ex.replayed} replayed call by call, {ex.traces} traced again) in "
                  f"{ex.seconds * 1000:.1f} ms; {len(gs.paths)} record the same trace and are merged"
                  + (f"; {ex.skipped}" if ex.skipped else "")]
     for p in gs.paths:

@@ -164,6 +164,12 @@ class Recorder:
         self.extra: dict[str, Any] = {}  # more meta for guard nodes (the trace line, on replay)
         self.muted = False  # True while guardsolve itself builds the inputs' meta tensors
         self.capture: list[tuple[str, bool]] | None = None  # bailouts of the shape rule running now
+        # NOTE: each torch call of the trace, with its meta inputs and outputs and the decisions its
+        # rule made (`trace.local`: a probe replays only the calls whose decisions change)
+        self.calls: list[Any] | None = None
+        self.pending: Any = None  # the meta call of the torch call in progress (`TracingMode._meta_call`)
+        self.local_blocked: str | None = None  # why replaying single calls cannot stand in for a trace
+        self.user_at: list[tuple[int, str, bool]] = []  # the user's decisions, each before call N
         self.products: dict[str, tuple[str, str]] = {}  # int_mul nodes of the guard graph, by name
         self.rules: Any = None  # PyTorch's shape rules for this trace (a `rules.RuleCache`)
         self.real: Any = None  # eager's output of the op whose shape rule runs now (tracing only)
@@ -173,6 +179,7 @@ class Recorder:
         # a contiguity decision or a view was made, or user code read a stride's value.
         self.layout_observed = False
         self.strides_read = False
+        self.user_layout = False  # user code asked a tensor's strides, offset or contiguity (`TracedTensor`)
 
     # -- locations --------------------------------------------------------------------------
 
@@ -230,6 +237,8 @@ class Recorder:
                 meta["op"] = str(self.op)
             elif user:
                 meta["user"] = True  # NOTE: outside any op: the trace records this decision too
+                if self.calls is not None:
+                    self.user_at.append((len(self.calls), g, expect))  # NOTE: made before that call
             self.guards.emit(Op.BOOL_BAILOUT, (g,), meta=meta, expect=expect)
 
     # -- tensor trace -----------------------------------------------------------------------

@@ -168,10 +168,11 @@ class Graph:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def pruned(self) -> "Graph":
+    def pruned(self, in_place: bool = True) -> "Graph":
         """A guard graph without the nodes no bailout depends on (placeholders stay),
         renumbered `i0, i1, ...`: PyTorch computes sizes it never asks about, e.g. storage
-        sizes. Only for a guard graph its recorder is done with: its nodes are reused."""
+        sizes. Only for a guard graph its recorder is done with: its nodes are reused, renamed
+        in place, unless `in_place=False` (new nodes: the graph's own keep their names)."""
         need: set[str] = set()
         keep: list[Node] = []
         for n in reversed(self.nodes):
@@ -184,6 +185,8 @@ class Graph:
         fresh = (f"i{k}" for k in itertools.count() if f"i{k}" not in taken)
         rename: dict[str, str] = {}
         for n in reversed(keep):
+            if not in_place:
+                n = Node(n.op, n.inputs, n.outputs, n.params, n.meta)
             # NOTE: renamed in place (no new nodes): the graph being pruned is a recorder's own
             if n.inputs:
                 n.inputs = tuple([rename.get(x, x) for x in n.inputs])

@@ -90,7 +90,8 @@ class Exploration:
 
     paths: list[Path] = field(default_factory=list)
     probes: list[Probe] = field(default_factory=list)
-    traces: int = 0
+    traces: int = 0  # points traced again
+    replayed: int = 0  # points probed by replaying only the calls whose decisions change (`trace.local`)
     seconds: float = 0.0
     skipped: str | None = None  # why nothing was explored
 
@@ -259,6 +260,7 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
     class of equal dims, plus 4, at most `MAX_PROBES`). `reduce` simplifies one path's guard graph. A `Trace`
     without its function (or a tensor trace `Graph`: a saved one) replays its own ops with
     PyTorch's shape rules instead (`explore_saved`)."""
+    from guardsolve.trace.local import LocalReplay
     from guardsolve.trace.tracer import _trace, difference
 
     out = Exploration()
@@ -276,9 +278,18 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
         out.skipped = "the example inputs do not fit the traced signature"
         return out
 
+    local = LocalReplay.of(t)
+
     def probe(point: Mapping[str, int]) -> Outcome:
+        inputs = _inputs_at(t, point)
+        if local is not None:
+            got = local(point, inputs)
+            if got is not None:
+                out.replayed += 1
+                return got
+        out.traces += 1
         try:
-            u = _trace(t.fn, _inputs_at(t, point), t.value_guards, expect=t.graph.nodes)
+            u = _trace(t.fn, inputs, t.value_guards, expect=t.graph.nodes)
         except Exception as e:  # NOTE: any failure at the new sizes is a route not merged
             why = _why_not(e)
             prefix = getattr(e, "prefix_guards", None)
@@ -321,6 +332,7 @@ def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, li
             example[n.params["name"]] = n.params.get("val", 0)
 
     def probe(point: Mapping[str, int]) -> Outcome:
+        out.traces += 1
         try:
             gg = pytorch_guard_graph(_graph_at(graph, signature, point), signature)
         except Exception as e:
@@ -383,7 +395,7 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     # diverged (or before a shape rule rejected its sizes) hold at every point of the region
     rejects: list[Graph] = []
     try:
-        while queue and out.traces < budget and looked < 32 * budget:
+        while queue and out.traces + out.replayed < budget and looked < 32 * budget:
             point, changed = queue.popleft()
             key = tuple(sorted(point.items()))
             if key in seen:
@@ -402,7 +414,6 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
             if known is not None:
                 out.probes.append(Probe(point, changed, known.meta["why"], known.meta["probe"]))
                 continue
-            out.traces += 1
             got = probe(point)
             if got[0] == "other":
                 _, why, region = got

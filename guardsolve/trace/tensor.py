@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -112,19 +113,19 @@ class TracedTensor(torch.Tensor):
     # NOTE: a stride, contiguity or storage offset user code reads is a fact about the input's
     # layout the trace now depends on; the cache checks it (the values may be constants here).
     def stride(self, *args: Any) -> Any:  # type: ignore[override]
-        self.rec.strides_read = True
+        self.rec.strides_read = self.rec.user_layout = True
         return super().stride(*args)
 
     def storage_offset(self) -> Any:  # type: ignore[override]
-        self.rec.strides_read = True
+        self.rec.strides_read = self.rec.user_layout = True
         return super().storage_offset()
 
     def data_ptr(self) -> int:  # type: ignore[override]
-        self.rec.strides_read = True
+        self.rec.strides_read = self.rec.user_layout = True
         return self.eager.data_ptr()
 
     def is_contiguous(self, *args: Any, **kwargs: Any) -> bool:  # type: ignore[override]
-        self.rec.layout_observed = True
+        self.rec.layout_observed = self.rec.user_layout = True
         return super().is_contiguous(*args, **kwargs)
 
     def tolist(self) -> Any:  # type: ignore[override]
@@ -153,9 +154,13 @@ class TracingMode(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         rec = self.rec
         outer = rec.depth == 0
+        record = outer and rec.calls is not None
         if outer:
             rec.loc = rec.location()
             rec.op = func  # NOTE: the op whose shape rule asks what is recorded now
+            if record:
+                assert rec.trace is not None
+                rec.capture, rec.pending, first = [], None, len(rec.trace.nodes)
         rec.depth += 1
         try:
             # NOTE: without value guards `.item()` is an unbacked value (torch.export's too):
@@ -164,11 +169,22 @@ class TracingMode(TorchDispatchMode):
             # and its rule (the composite over `_local_scalar_dense`) makes that a guard
             if func in _READS_DATA and (rec.value_guards or func not in _ITEM):
                 return self._read_data(func, args, kwargs or {})
-            return self._call(func, args, kwargs or {})
+            out = self._call(func, args, kwargs or {})
+            if record:
+                assert rec.calls is not None and rec.trace is not None
+                # NOTE: the call's own nodes, the constants it uses first (`var_param`) aside
+                ops = [i for i in range(first, len(rec.trace.nodes)) if rec.trace.nodes[i].op is Op.ATEN]
+                if ops or rec.capture:
+                    pending = rec.pending if len(ops) == 1 else None  # NOTE: a composite's parts: not one rule
+                    rec.calls.append(Call(func, ops[0] if ops else first, len(ops), rec.loc, rec.capture,
+                                          *(pending if pending is not None else (None, None, None, None))))
+            return out
         finally:
             rec.depth -= 1
             if outer:
                 rec.loc = rec.op = None
+                if record:
+                    rec.capture = rec.pending = None
 
     # -- one op ---------------------------------------------------------------------------
 
@@ -249,13 +265,23 @@ class TracingMode(TorchDispatchMode):
         result) where a CompositeImplicit op decomposed over the traced tensors instead."""
         if func in _LAYOUT_OPS:
             self.rec.layout_observed = True
-        meta_args, meta_kwargs = unflatten([self._meta(a) for a in flat], spec)
+        metas = [self._meta(a) for a in flat]
+        meta_args, meta_kwargs = unflatten(metas, spec)
         if takes_device(func):
             meta_kwargs = {**meta_kwargs, "device": _META}
+        # NOTE: an in-place op that changes a tensor's sizes or strides (`t_`, `resize_`) changes
+        # the meta inputs recorded for earlier calls: no call of this trace replays alone then
+        mutable = self.rec.calls is not None and func._schema.is_mutable
+        before = _layouts(flat) if mutable else None
         try:
             self.rec.real = real_out
             with _outside_modes():
                 meta_out = self.rec.rules(func, meta_args, meta_kwargs)
+            if mutable and before != _layouts(flat):
+                self.rec.local_blocked = f"{qualified_name(func)} changes a tensor's sizes or strides in place"
+            if self.rec.depth == 1 and self.rec.calls is not None:
+                self.rec.pending = (metas, spec, [a.tname if isinstance(a, TracedTensor) else None for a in flat],
+                                    meta_out)
         except UnsupportedOpError as e:
             if str(e).endswith(self._where()):
                 raise
@@ -340,6 +366,10 @@ class TracingMode(TorchDispatchMode):
                 raise UnsupportedOpError(qualified_name(func), "returns a symbolic scalar, which guardsolve "
                                          "does not trace", self._where())
             else:
+                if r is not None and rec.calls is not None:
+                    # NOTE: eager's value reaches user code unrecorded (`is_same_size`): only a
+                    # fresh trace sees what user code does with it at other sizes
+                    rec.local_blocked = f"{qualified_name(func)} hands eager's {type(r).__name__} to Python"
                 out.append(r)
         args, kwargs = template
         node = Node(Op.ATEN, tuple(refs(template)), tuple(names),
@@ -520,6 +550,33 @@ def _outside_modes() -> Any:
     if torch._C._len_torch_dispatch_stack() or _len_torch_dispatch_stack_pre_dispatch():
         return _disable_current_modes()
     return _NO_MODES
+
+
+def _layouts(flat: list[Any]) -> list[Any]:
+    """The sizes, strides and offsets of the traced tensors among `flat`, by guard-graph name."""
+    from guardsolve.guards.rules import _sym
+
+    return [(tuple(map(_sym, a.symbolic.shape)), tuple(map(_sym, a.symbolic.stride())),
+             _sym(a.symbolic.storage_offset())) for a in flat if isinstance(a, TracedTensor)]
+
+
+@dataclass(eq=False)
+class Call:
+    """One torch call of a trace: the op nodes it recorded (`nodes` of them, the first at index
+    `first` of the trace), the user line, the decisions its shape rule made (`asked`: guard-graph
+    name, answer), and, when it recorded one node through one rule, that rule's meta inputs
+    (`flat`, unflattened by `spec`; `names`: the trace's name of each traced one) and outputs
+    (else None: a composite decomposed over traced tensors, whose parts are calls of their own)."""
+
+    func: Any
+    first: int
+    nodes: int
+    loc: Any
+    asked: list[tuple[str, bool]]
+    flat: list[Any] | None = None
+    spec: Any = None
+    names: list[str | None] | None = None
+    out: Any = None
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -32,6 +32,7 @@ from guardsolve.trace.gcpause import paused_gc
 from guardsolve.guards.pytorch import meta_input
 from guardsolve.guards.rules import RuleCache
 from guardsolve.guards.symbolic import Recorder, SymGuard, call_user
+from guardsolve.trace.local import Recorded
 from guardsolve.trace.static import StaticGuard, layout_guard, tensor_guards
 from guardsolve.trace.tensor import TracedTensor, TracingMode, dtype_name, symint
 
@@ -62,6 +63,9 @@ class Trace:
     # (`solve.paths`); `guarded` drops them once its entry is made
     inputs: tuple[Any, ...] | None = field(default=None, repr=False)
     value_guards: bool = False
+    # NOTE: the calls and guard graph as recorded, for probes that replay single calls
+    # (`trace.local`); dropped with `inputs`
+    recorded: Any = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         """Short: what was traced and at which shapes, not the output tensor.
@@ -297,6 +301,8 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
     graph = Graph(meta={"signature": signature}) if expect is None else _Expecting(expect, {"signature": signature})
     rec = Recorder(graph, value_guards)
     rec.meta_first = expect is not None  # NOTE: sizes the user never called: no eager kernel its rule rejects
+    if expect is None:
+        rec.calls = []  # NOTE: for probes that replay single calls (`trace.local`)
     rec.rules = RuleCache(rec)
     rec.guards.meta["signature"] = signature
     rec.guards.reserve(d for p in signature for d in p.dims)
@@ -327,10 +333,12 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
     pinned = _strides_decided_on(rec.guards, strided)
     static += [layout_guard(p.name, v, rec.strides_read) for p, v in zip(signature, example_inputs)
                if p.kind == "tensor" and (observed or p.name in pinned)]
+    recorded = Recorded.of(rec) if rec.calls is not None else None
+    rec.calls = None
     guards = rec.guards.pruned()
     guards.meta["static"] = graph.meta["static"] = tuple(static)
     return Trace(graph, unwrap(result), signature, fn, mode.constants, out_spec, guards, tuple(static),
-                 tuple(notes), opaque, tuple(example_inputs), value_guards)
+                 tuple(notes), opaque, tuple(example_inputs), value_guards, recorded)
 
 
 def placeholder(rec: Recorder, p: Param, value: Any, strided: dict[str, str] | None = None) -> Any:

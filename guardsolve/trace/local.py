@@ -1,0 +1,421 @@
+"""A probe without a trace: replay only the torch calls whose decisions change at the new sizes.
+
+A fresh trace at other sizes runs the user's code again; every decision it makes about a
+size is one the example's trace recorded (a `bool_bailout` of the user's code, or one a
+call's shape rule made). Up to the first decision answered otherwise, the fresh trace is the
+example's, call for call. A call whose every decision holds at the new sizes takes the same
+route through its rule, so it computes the same symbolic sizes and strides (the same
+guard-graph expressions, other values). Only the calls some decision of which flips need
+their rule run again: `LocalReplay` runs just those, on meta inputs with the example's
+symbolic sizes at the new values, and compares what they return with what they returned.
+When each returns the very same symbolic sizes, strides and dtypes, nothing downstream can
+tell, and the fresh trace would record the same trace: a route, whose path condition is the
+decisions of the calls left alone and those the replayed rules make now. A replayed rule
+that rejects the sizes stops the trace there, as a fresh trace would. Anything else (a
+call that returns other sizes, a composite decomposed over traced tensors, a decision no
+call owns) answers None, and the caller traces again.
+
+A route found so is then run eagerly at the new sizes (`run_concrete`): a kernel that raises
+there, or returns other sizes than the rule said, leaves it to a fresh trace.
+
+>>> import torch, guardsolve
+>>> t = guardsolve.trace(lambda x: x.sin(), torch.randn(32, 8))
+>>> replay = LocalReplay.of(t)
+>>> got = replay({"x0": 1, "x1": 8}, (torch.randn(1, 8),))
+>>> got[0], replay.replayed
+('same', 1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from guardsolve.errors import GuardsolveError
+from guardsolve.ir.aten import qualified_name
+from guardsolve.ir.concrete import INT_RULES
+from guardsolve.ir.flat import flatten, unflatten
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.node import Node
+from guardsolve.ir.ops import Op
+from guardsolve.guards.rules import RuleCache, _sym
+from guardsolve.guards.symbolic import Recorder, SymGuard
+from guardsolve.trace.tensor import Call
+
+_UNKNOWN = object()  # a value the guard graph cannot give at these sizes (a zero divisor, data)
+_DIMS = frozenset({Op.INT_PLACEHOLDER, Op.INT_ARG})
+
+
+@dataclass(eq=False)
+class Recorded:
+    """What a trace's recorder knew when the trace ended: its calls (`tensor.Call`), its guard
+    graph as recorded (nodes with their names before `Graph.pruned` renamed them), and its
+    hash-consing tables, so a replay builds on the very same names. `blocked`: why single
+    calls cannot stand in for a trace of this function (or None)."""
+
+    calls: list[Call]
+    user_at: list[tuple[int, str, bool]]  # the user code's decisions: (made before call N, name, answer)
+    nodes: list[Node]
+    counters: dict[str, int]
+    used: set[str]
+    memo: dict[tuple[Any, ...], str]
+    shape: dict[str, tuple[int, int]]
+    products: dict[str, tuple[str, str]]
+    unbacked: int
+    blocked: str | None
+    layout_read: bool  # user code read a stride, an offset or a contiguity (constant ones too)
+
+    @staticmethod
+    def of(rec: Recorder) -> "Recorded":
+        """Taken before the recorder's graph is pruned (which renames its nodes in place)."""
+        g = rec.guards
+        return Recorded(rec.calls or [], rec.user_at, [Node(n.op, n.inputs, n.outputs, n.params, n.meta) for n in g.nodes],
+                        dict(g._counters), set(g._used), rec._memo, rec._shape, rec.products, rec._unbacked,
+                        rec.local_blocked, rec.strides_read or rec.user_layout)
+
+
+class _Cannot(Exception):
+    """A call this replay cannot run alone (its inputs are not sizes and strides it can rebuild)."""
+
+
+@dataclass(eq=False)
+class LocalReplay:
+    """Probes of one trace by replaying single calls (see the module's docstring).
+
+    `replayed`: points answered so; `declined`: points left to a fresh trace (`why`: the last one's reason).
+    """
+
+    trace: Any
+    recorded: Recorded
+    user: list[tuple[str, bool]] = field(default_factory=list)
+    orphans: list[tuple[str, bool]] = field(default_factory=list)
+    meta: dict[tuple[str, bool], dict[str, Any]] = field(default_factory=dict)
+    _ints: list[Node] = field(default_factory=list)  # the recorded guard graph's nodes, decisions aside
+    _defs: dict[str, Node] = field(default_factory=dict)  # those by output name
+    decisions: int = 0
+    replayed: int = 0
+    declined: int = 0
+    why: str = ""  # why the last point declined was left to a fresh trace
+
+    @staticmethod
+    def of(t: Any) -> "LocalReplay | None":
+        """The replay of trace `t`, or None where only fresh traces can probe it (no calls
+        recorded, a call that changes sizes in place, a decision on tensor data)."""
+        r = getattr(t, "recorded", None)
+        if r is None or r.blocked is not None or t.value_guards:
+            return None
+        if any(n.op is Op.BOOL_OPAQUE for n in r.nodes):
+            return None
+        replay = LocalReplay(t, r)
+        replay._ints = [n for n in r.nodes if n.op is not Op.BOOL_BAILOUT]
+        replay.decisions = len(r.nodes) - len(replay._ints)
+        replay._defs = {n.outputs[0]: n for n in replay._ints if n.outputs}
+        owned = {q for c in r.calls for q in c.asked}
+        for n in r.nodes:
+            if n.op is not Op.BOOL_BAILOUT:
+                continue
+            q = (n.inputs[0], bool(n.params["expect"]))
+            replay.meta.setdefault(q, n.meta)
+            if n.meta.get("user"):
+                replay.user.append(q)
+            elif q not in owned:
+                replay.orphans.append(q)
+        return replay
+
+    # -- values at other sizes ----------------------------------------------------------------
+
+    def values(self, point: Mapping[str, int]) -> dict[str, Any]:
+        """Every int and bool of the recorded guard graph at `point` (`_UNKNOWN` where it has none)."""
+        env: dict[str, Any] = {}
+        for n in self.recorded.nodes:
+            op = n.op
+            if op is Op.BOOL_BAILOUT:
+                continue
+            if not n.outputs:
+                continue
+            out = n.outputs[0]
+            if op in _DIMS:
+                env[out] = point.get(n.params["name"], _UNKNOWN)
+                continue
+            rule = INT_RULES.get(op)
+            if rule is None:
+                env[out] = _UNKNOWN
+                continue
+            args = [env.get(i, _UNKNOWN) for i in n.inputs]
+            if any(a is _UNKNOWN for a in args):
+                env[out] = _UNKNOWN
+                continue
+            try:
+                env[out] = rule(*args, **n.params)
+            except (ArithmeticError, TypeError, ValueError):
+                env[out] = _UNKNOWN
+        return env
+
+    # -- one probe ------------------------------------------------------------------------------
+
+    def __call__(self, point: Mapping[str, int], inputs: Sequence[Any] | Callable[[], Sequence[Any]]) -> Any:
+        """The probe at `point` (`paths.Outcome`: ("same", its guard graph) or ("other", why,
+        the region of sizes known to decide the same, or None)), or None: trace again.
+        `inputs`: the example inputs resized to `point` (or a function making them)."""
+        got = self._probe(point, inputs)
+        if got is None:
+            self.declined += 1
+        else:
+            self.replayed += 1
+        return got
+
+    def _probe(self, point: Mapping[str, int], inputs: Any) -> Any:
+        from guardsolve.trace.tracer import _presents_as_tracing
+
+        env = self.values(point)
+
+        def holds(q: tuple[str, bool]) -> bool:
+            v = env.get(q[0], _UNKNOWN)
+            return v is not _UNKNOWN and bool(v) == q[1]
+
+        if not all(map(holds, self.orphans)):
+            return self._decline("a decision no call made is answered otherwise")
+        calls = self.recorded.calls
+        user: dict[int, list[tuple[str, bool]]] = {}
+        for i, g, e in self.recorded.user_at:
+            user.setdefault(i, []).append((g, e))
+        flipped = [not all(map(holds, c.asked)) for c in calls]
+        if not any(flipped):
+            return self._decline("no decision is answered otherwise")
+        rec = self._recorder(point)
+        done: set[tuple[str, bool]] = set()
+
+        def keep(q: tuple[str, bool]) -> None:
+            if q not in done:
+                done.add(q)
+                rec.guards.emit(Op.BOOL_BAILOUT, (q[0],), meta=self.meta.get(q, {}), expect=q[1])
+
+        for q in self.user:
+            keep(q)
+
+        def decided(i: int) -> bool:
+            """Do the user's decisions made before call `i` hold? (Else a fresh trace differs
+            there, or its sizes stop it in a way only a trace tells.)"""
+            return all(map(holds, user.get(i, ())))
+
+        # NOTE: a replayed call that returns other sizes or strides than the example's (a size
+        # the rule made the constant 1) hands them to the calls that use its outputs, which are
+        # replayed too; user code must not read them (it would compute other values)
+        changed: dict[str, torch.Tensor] = {}
+        now: dict[int, Any] = {}  # the replayed calls' outputs
+        tainted: str | None = None  # why the replay can no longer say "the same trace"
+        nodes = self.trace.graph.nodes
+        try:
+            for i, (c, f) in enumerate(zip(calls, flipped)):
+                if not decided(i):
+                    return self._decline("a decision of the user's code is answered otherwise")
+                moved = c.names is not None and any(n in changed for n in c.names if n is not None)
+                if not f and not moved:
+                    for q in c.asked:
+                        keep(q)
+                    continue
+                if c.flat is None or c.names is None:
+                    return self._decline(f"{qualified_name(c.func)} decomposed over traced tensors")
+                try:
+                    made: dict[str, Any] = {}
+                    flat = [changed[n] if n is not None and n in changed else _rehinted(rec, env, made, x)
+                            for x, n in zip(c.flat, c.names)]
+                except _Cannot:
+                    return self._decline(f"{qualified_name(c.func)}'s inputs cannot be rebuilt")
+                args, kwargs = unflatten(flat, c.spec)
+                rec.loc, rec.op = c.loc, c.func
+                try:
+                    # NOTE: as the trace ran it: below autograd, so a CompositeImplicit op reaches
+                    # its rule whole (above, `lstm`'s parts decompose on their own and pin sizes)
+                    with _presents_as_tracing(), torch._C._AutoDispatchBelowAutograd():
+                        out = rec.rules(c.func, args, kwargs)
+                except GuardsolveError as e:
+                    return self._decline(f"{qualified_name(c.func)}: {e}")
+                except Exception as e:
+                    # NOTE: a CompositeImplicit op whose rule fails decomposes over the traced tensors
+                    # in a fresh trace: its parts are other nodes than the trace's one, so that
+                    # trace differs too (or stops in a part's rule): rejected either way
+                    # NOTE: worded as a fresh trace's rejection is (`paths._why_not`)
+                    first = (str(e).strip().splitlines() or [""])[0]
+                    why = (f"stops where {qualified_name(c.func)}'s shape rule rejects these sizes: "
+                           f"{f'{type(e).__name__}: {first}'.rstrip(')')[:200]}")
+                    return ("other", why, self._pruned(rec.guards))
+                now[i] = out
+                if _same_meta(out, c.out):
+                    continue
+                new, old = flatten(out)[0], flatten(c.out)[0]
+                names = nodes[c.first].outputs
+                tensors = [(a, b) for a, b in zip(new, old) if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor)]
+                if len(new) != len(old) or len(tensors) != len(names) or not _same_meta(
+                        [a for a in new if not isinstance(a, torch.Tensor)], [b for b in old if not isinstance(b, torch.Tensor)]):
+                    return self._decline(f"{qualified_name(c.func)} returns other values")
+                for name, (a, b) in zip(names, tensors):
+                    if _same_meta(a, b):
+                        continue
+                    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.dim() != b.dim() \
+                            or a.dtype != b.dtype:
+                        return self._decline(f"{qualified_name(c.func)} returns another rank or dtype")
+                    # NOTE: user code may read a tensor's sizes (or strides) without a trace node:
+                    # constant ones it reads as plain ints, and PyTorch's Python code takes other
+                    # branches on them (`statically_known_true`). So after another size (or another
+                    # stride where user code looked at any layout) only a fresh trace says "the
+                    # same trace"; the replay goes on, as a later rule that rejects these sizes
+                    # stops a fresh trace too
+                    if tainted is None and tuple(map(_sym, a.shape)) != tuple(map(_sym, b.shape)):
+                        tainted = f"{qualified_name(c.func)} returns other sizes for {name}"
+                    elif tainted is None and self.recorded.layout_read:
+                        tainted = (f"{qualified_name(c.func)} returns other strides for {name}, and user code "
+                                   "reads strides or contiguity")
+                    changed[name] = a
+            if not decided(len(calls)):
+                return self._decline("a decision of the user's code is answered otherwise")
+        finally:
+            rec.rules.close()
+        if tainted is not None:
+            return self._decline(tainted)
+        if not self._eager_agrees(env, now, inputs):
+            return self._decline("eager raises, or returns other sizes than a rule")
+        gg = self._pruned(rec.guards)
+        gg.meta["static"] = self.trace.graph.meta.get("static", ())
+        return ("same", gg)
+
+    def _pruned(self, g: Graph) -> Graph:
+        """`g` (a probe's graph: the recorded ints, then its decisions and the nodes its replayed
+        rules made) without the nodes no decision needs, found from the decisions back (the
+        recorded graph is mostly sizes PyTorch computes and never asks about)."""
+        base = len(self.recorded.nodes) - self.decisions
+        by_name = self._defs
+        extra = {n.outputs[0]: n for n in g.nodes[base:] if n.outputs}
+        need: set[str] = set()
+        stack = [i for n in g.nodes[base:] if n.op is Op.BOOL_BAILOUT for i in n.inputs]
+        while stack:
+            name = stack.pop()
+            if name in need:
+                continue
+            need.add(name)
+            n = extra.get(name) or by_name.get(name)
+            if n is not None:
+                stack.extend(n.inputs)
+        keep = [n for n in g.nodes[:base] if n.op in _DIMS or (n.outputs and n.outputs[0] in need)]
+        keep += [n for n in g.nodes[base:] if n.op is Op.BOOL_BAILOUT or (n.outputs and n.outputs[0] in need)]
+        return Graph(keep, meta=g.meta)
+
+    def _decline(self, why: str) -> None:
+        self.why = why
+        return None
+
+    def _recorder(self, point: Mapping[str, int]) -> Recorder:
+        """A recorder over the example's guard graph (its ints, no decisions), hinted at `point`."""
+        r = self.recorded
+        rec = Recorder(None)
+        g = rec.guards
+        g.nodes = list(self._ints)
+        g._used, g._counters = set(r.used), dict(r.counters)
+        g.meta.update(signature=self.trace.signature, example=dict(point))
+        rec._memo, rec._shape, rec.products = dict(r.memo), dict(r.shape), dict(r.products)
+        rec._unbacked = r.unbacked
+        rec.depth = 1  # NOTE: inside shape rules: every decision goes to the guard graph only
+        rec.meta_first = True
+        rec.rules = RuleCache(rec)
+        return rec
+
+    def _eager_agrees(self, env: Mapping[str, Any], now: Mapping[int, Any], inputs: Any) -> bool:
+        """Does eager run the trace at these sizes, each call's outputs of the sizes its rule
+        gives there (`now`: the replayed calls' outputs; the others' are the example's)?"""
+        from guardsolve.ir.concrete import run_concrete
+
+        t = self.trace
+        args = inputs() if callable(inputs) else inputs
+        names = [n.params["name"] for n in t.graph.placeholders()]
+        try:
+            with torch.no_grad():
+                values = run_concrete(t.graph, {**t.constants, **dict(zip(names, args))})
+        except Exception:  # NOTE: eager raises at these sizes: a fresh trace says how
+            return False
+        nodes = t.graph.nodes
+
+        for i, c in enumerate(self.recorded.calls):
+            if c.out is None or c.nodes != 1:
+                continue
+            replayed = i in now
+            metas = [m for m in flatten(now[i] if replayed else c.out)[0] if isinstance(m, torch.Tensor)]
+            reals = [values.get(o) for o in nodes[c.first].outputs]
+            for m, r in zip(metas, reals):
+                if not isinstance(r, torch.Tensor):
+                    continue
+                want = [s.node.hint if replayed and isinstance(s, torch.SymInt)
+                        else env.get(s.node.g, _UNKNOWN) if isinstance(s, torch.SymInt) and not s.node.const
+                        else int(s) for s in m.shape]
+                if r.dtype != m.dtype or len(want) != r.dim() or any(
+                        w is not _UNKNOWN and w != n for w, n in zip(want, r.shape)):
+                    return False
+        return True
+
+
+def _rehinted(rec: Recorder, env: Mapping[str, Any], made: dict[str, Any], x: Any) -> Any:
+    """A call's meta argument `x` with every symbolic size a node of `rec` valued from `env`
+    (`made`: the sizes made so far for this call, one per guard-graph name)."""
+
+    def size(s: Any) -> Any:
+        if not isinstance(s, torch.SymInt):
+            return s
+        node = s.node
+        if not isinstance(node, SymGuard) or node.lazy is not None or node.data is not None:
+            raise _Cannot
+        if node.const:
+            return node.hint
+        got = made.get(node.g)
+        if got is None:
+            v = env.get(node.g, _UNKNOWN)
+            if v is _UNKNOWN:
+                raise _Cannot
+            got = made[node.g] = torch.SymInt(SymGuard(rec, v, int, node.g))
+        return got
+
+    if isinstance(x, torch.Tensor):
+        if x.device.type != "meta" or x.layout is not torch.strided or x.is_conj() or x.is_neg():
+            raise _Cannot
+        offset = size(x.storage_offset())
+        if not isinstance(offset, int) or offset != 0:
+            raise _Cannot  # NOTE: a view into a larger storage: a stand-in would not be one
+        shape, stride = [size(s) for s in x.shape], [size(s) for s in x.stride()]
+        muted, rec.muted = rec.muted, True  # NOTE: building a stand-in asks nothing of user code
+        try:
+            y = torch.empty_strided(shape, stride, dtype=x.dtype, device="meta")
+        finally:
+            rec.muted = muted
+        if x.requires_grad:
+            y.requires_grad_(True)
+        return y
+    if isinstance(x, torch.SymInt):
+        return size(x)
+    if isinstance(x, (torch.SymBool, torch.SymFloat)) and x.node.is_symbolic():
+        raise _Cannot
+    return x
+
+
+def _same_meta(a: Any, b: Any) -> bool:
+    """The same symbolic sizes, strides, offsets and dtypes (by guard-graph name), leaf for leaf."""
+    la, sa = flatten(a)
+    lb, sb = flatten(b)
+    if sa != sb or len(la) != len(lb):
+        return False
+    for x, y in zip(la, lb):
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+                return False
+            kx = (tuple(map(_sym, x.shape)), tuple(map(_sym, x.stride())), _sym(x.storage_offset()), x.dtype)
+            ky = (tuple(map(_sym, y.shape)), tuple(map(_sym, y.stride())), _sym(y.storage_offset()), y.dtype)
+            if kx != ky or None in kx[0] or None in kx[1] or kx[2] is None:
+                return False
+        elif isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat)) or \
+                isinstance(y, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            vx = _sym(x) if isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat)) else x
+            vy = _sym(y) if isinstance(y, (torch.SymInt, torch.SymBool, torch.SymFloat)) else y
+            if vx is None or vx != vy:
+                return False
+        elif type(x) is not type(y) or x != y:
+            return False
+    return True

@@ -1,0 +1,109 @@
+"""A probe that replays only the calls whose decisions change (trace/local.py) against a fresh trace.
+
+The oracle: at every point exploration would try (each dim at 0 and 1, pairs at 1, all at 0
+and all at 1), a replay that answers "same" must meet a fresh trace that records the same trace
+and takes a route with the same guards (proved by z3), and a replay that answers "other" a
+fresh trace that stops or records another trace.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable
+
+import pytest
+import torch
+
+import guardsolve
+from guardsolve.solve.paths import _inputs_at, prove_union
+from guardsolve.trace.local import LocalReplay
+from guardsolve.trace.tracer import _trace, difference
+
+CONV = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                           torch.nn.MaxPool2d(2)).eval()
+CASES: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
+    "sin": (lambda x: x.sin(), (torch.randn(6, 5),)),
+    "add": (lambda a, b: a + b, (torch.randn(4, 3), torch.randn(4, 3))),
+    "linear": (torch.nn.Linear(8, 4).eval(), (torch.randn(5, 8),)),
+    "layer_norm": (torch.nn.LayerNorm(8).eval(), (torch.randn(3, 5, 8),)),
+    "view": (lambda x: x.view(x.shape[0], -1), (torch.randn(3, 4, 5),)),
+    "sum": (lambda x: x.sum(0) * 2, (torch.randn(3, 4),)),
+    "cat": (lambda a, b: torch.cat([a, b], 1).softmax(-1), (torch.randn(3, 4), torch.randn(3, 2))),
+    "matmul": (lambda a, b: (a @ b).relu(), (torch.randn(2, 3, 4), torch.randn(4, 5))),
+    "conv": (CONV, (torch.randn(2, 3, 8, 8),)),
+    "lstm": (torch.nn.LSTM(4, 6, batch_first=True).eval(), (torch.randn(2, 3, 4),)),
+    "embedding": (torch.nn.Embedding(10, 3).eval(), (torch.tensor([[1, 2, 3], [4, 5, 6]]),)),
+}
+
+
+def _points(example: dict[str, int]) -> list[dict[str, int]]:
+    dims = list(example)
+    out = [{**example, d: v} for d in dims for v in (0, 1)]
+    out += [{**example, a: 1, b: 1} for a, b in itertools.combinations(dims, 2)]
+    out += [{d: v for d in dims} for v in (0, 1)]
+    return [p for p in out if p != example]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_replayed_probe_agrees_with_a_fresh_trace(name: str) -> None:
+    fn, inputs = CASES[name]
+    with torch.no_grad():
+        t = guardsolve.trace(fn, *inputs)
+        base = guardsolve.simplify(t, explore=False)
+        replay = LocalReplay.of(t)
+        assert replay is not None, name
+        example = base.input_dims(*t.inputs)
+        answered = 0
+        for point in _points(example):
+            args = _inputs_at(t, point)
+            got = replay(point, args)
+            if got is None:
+                continue
+            answered += 1
+            try:
+                u = _trace(t.fn, args, False, expect=t.graph.nodes)
+                fresh = difference(t, u)
+            except Exception as e:  # NOTE: the fresh trace stops (diverges, a rule rejects, eager raises)
+                fresh, u = f"{type(e).__name__}: {e}", None
+            if got[0] == "other":
+                assert fresh is not None, f"{name} at {point}: replay says another trace ({got[1]}), a fresh trace the same"
+                continue
+            assert fresh is None, f"{name} at {point}: replay says the same trace, a fresh trace: {fresh}"
+            assert u is not None
+            mine, theirs = guardsolve.simplify(got[1], explore=False), guardsolve.simplify(u.guard_graph(), explore=False)
+            assert mine.check_dims(point) and theirs.check_dims(point)
+            # NOTE: the same route: its guards and the fresh trace's accept the same sizes
+            assert prove_union(list(mine), [list(theirs)], mine.sizes, 5000) is None, (name, point, str(mine), str(theirs))
+    assert answered > 0, f"{name}: every point was left to a fresh trace ({replay.why})"
+
+
+def test_exploration_replays_instead_of_tracing_again() -> None:
+    fn, inputs = CASES["linear"]
+    with torch.no_grad():
+        gs = guardsolve.simplify(guardsolve.trace(fn, *inputs))
+    ex = gs.exploration
+    assert ex.replayed > 0 and ex.traces == 0 and str(gs) == "input1 == 8"
+
+
+def test_a_call_that_changes_sizes_in_place_leaves_probes_to_fresh_traces() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x.clone()
+        y.t_()
+        return y.sin()
+
+    t = guardsolve.trace(f, torch.randn(3, 4))
+    assert LocalReplay.of(t) is None and "in place" in (t.recorded.blocked or "")
+    gs = guardsolve.simplify(t)
+    assert gs.exploration.replayed == 0 and gs.check(torch.randn(1, 4))
+
+
+def test_a_rule_that_returns_a_constant_size_hands_it_to_the_next_call() -> None:
+    # NOTE: at batch 1 BatchNorm's rule returns the size 1 where the trace has x0: the replay
+    # carries it to ReLU and pooling, whose rules run again on it
+    with torch.no_grad():
+        t = guardsolve.trace(CONV, torch.randn(2, 3, 8, 8))
+        replay = LocalReplay.of(t)
+        point = {"input0": 1, "input1": 3, "input2": 8, "input3": 8}
+        got = replay(point, _inputs_at(t, point))
+    assert got is not None and got[0] == "same", replay.why
+    assert difference(t, guardsolve.trace(CONV, torch.randn(1, 3, 8, 8))) is None
