@@ -378,12 +378,15 @@ def _rehinted(rec: Recorder, env: Mapping[str, Any], made: dict[str, Any], x: An
         if x.device.type != "meta" or x.layout is not torch.strided or x.is_conj() or x.is_neg():
             raise _Cannot
         offset = size(x.storage_offset())
-        if not isinstance(offset, int) or offset != 0:
-            raise _Cannot  # NOTE: a view into a larger storage: a stand-in would not be one
         shape, stride = [size(s) for s in x.shape], [size(s) for s in x.stride()]
         muted, rec.muted = rec.muted, True  # NOTE: building a stand-in asks nothing of user code
         try:
-            y = torch.empty_strided(shape, stride, dtype=x.dtype, device="meta")
+            if isinstance(offset, int) and offset == 0:
+                y = torch.empty_strided(shape, stride, dtype=x.dtype, device="meta")
+            else:
+                # NOTE: a view into a larger storage (`split`'s parts): a view of a storage as large
+                elements = size(x.untyped_storage().nbytes()) // x.element_size()
+                y = torch.empty(elements, dtype=x.dtype, device="meta").as_strided(shape, stride, offset)
         finally:
             rec.muted = muted
         if x.requires_grad:
