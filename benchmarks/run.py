@@ -277,6 +277,7 @@ def bench_real(repeats: int, names: list[str] | None = None) -> list[dict[str, A
         t = guardsolve.trace(model, *args)
         rows.append({"model": name, "t_gs": t_gs, "t_path": t_path, "path_guards": len(gs_path),
                      "probes": gs.exploration.traces if gs.exploration else 0, "routes": len(gs.paths),
+                     "replayed": gs.exploration.replayed if gs.exploration else 0,
                      "t_export": t_ex, "t_fx": t_fx, "gs_guards": len(gs),
                      "fx_guards": len(fx_guards), "bailouts": len(t.guard_graph().bailouts()), "ops": sum(
                          1 for n in t.graph if n.op.value == "aten")})
@@ -488,9 +489,10 @@ def real_table(real: list) -> list[str]:
 def paths_table(real: list) -> list[str]:
     return table("paths: trace + simplify with and without merging the routes that record the same trace",
                  ["model", "example's path alone (explore=False)", "merged routes (default)", "merged / path alone",
-                  "points traced again", "routes merged", "guards: path → merged"],
-                 [[r["model"], fmt(r["t_path"]), fmt(r["t_gs"]), ratio(r["t_gs"], r["t_path"]), r["probes"],
-                   r["routes"], f"{r['path_guards']} → {r['gs_guards']}"] for r in real])
+                  "points probed: replayed call by call / traced again", "routes merged", "guards: path → merged"],
+                 [[r["model"], fmt(r["t_path"]), fmt(r["t_gs"]), ratio(r["t_gs"], r["t_path"]),
+                   f"{r.get('replayed', 0)} / {r['probes']}", r["routes"], f"{r['path_guards']} → {r['gs_guards']}"]
+                  for r in real])
 
 
 def check_table(checks: list) -> list[str]:

@@ -78,11 +78,22 @@ def test_a_replayed_probe_agrees_with_a_fresh_trace(name: str) -> None:
 
 
 def test_exploration_replays_instead_of_tracing_again() -> None:
+    gs = guardsolve.simplify(guardsolve.trace(lambda x: x.sin(), torch.randn(4, 3)))
+    ex = gs.exploration
+    assert ex.replayed == 4 and ex.traces == 0 and len(gs) == 0 and len(gs.paths) == 4
+
+
+def test_a_constant_size_where_the_trace_has_a_symbolic_one_is_left_to_a_fresh_trace() -> None:
+    # NOTE: at batch 1 `linear`'s rule gives the output the constant size 1; user code would read
+    # it as a plain int, so only a fresh trace says whether the trace is the same (it is)
     fn, inputs = CASES["linear"]
     with torch.no_grad():
-        gs = guardsolve.simplify(guardsolve.trace(fn, *inputs))
-    ex = gs.exploration
-    assert ex.replayed > 0 and ex.traces == 0 and str(gs) == "input1 == 8"
+        t = guardsolve.trace(fn, *inputs)
+        replay = LocalReplay.of(t)
+        point = {"input0": 1, "input1": 8}
+        assert replay(point, _inputs_at(t, point)) is None and "other sizes" in replay.why
+        gs = guardsolve.simplify(t)
+    assert str(gs) == "input1 == 8" and gs.exploration.traces >= 1
 
 
 def test_a_call_that_changes_sizes_in_place_leaves_probes_to_fresh_traces() -> None:
@@ -97,13 +108,16 @@ def test_a_call_that_changes_sizes_in_place_leaves_probes_to_fresh_traces() -> N
     assert gs.exploration.replayed == 0 and gs.check(torch.randn(1, 4))
 
 
-def test_a_rule_that_returns_a_constant_size_hands_it_to_the_next_call() -> None:
-    # NOTE: at batch 1 BatchNorm's rule returns the size 1 where the trace has x0: the replay
-    # carries it to ReLU and pooling, whose rules run again on it
+def test_after_a_constant_size_a_later_rule_that_rejects_still_decides() -> None:
+    # NOTE: at height 1 BatchNorm's rule gives the constant 1 where the trace has a size; the
+    # replay carries it to ReLU and pooling, and MaxPool2d's rule rejects the sizes (as a fresh
+    # trace's does); at batch 1 nothing rejects, and only a fresh trace can say "the same trace"
     with torch.no_grad():
         t = guardsolve.trace(CONV, torch.randn(2, 3, 8, 8))
         replay = LocalReplay.of(t)
-        point = {"input0": 1, "input1": 3, "input2": 8, "input3": 8}
-        got = replay(point, _inputs_at(t, point))
-    assert got is not None and got[0] == "same", replay.why
+        low = {"input0": 2, "input1": 3, "input2": 1, "input3": 8}
+        got = replay(low, _inputs_at(t, low))
+        assert got is not None and got[0] == "other" and "max_pool2d" in got[1], replay.why
+        one = {"input0": 1, "input1": 3, "input2": 8, "input3": 8}
+        assert replay(one, _inputs_at(t, one)) is None and "other sizes" in replay.why
     assert difference(t, guardsolve.trace(CONV, torch.randn(1, 3, 8, 8))) is None

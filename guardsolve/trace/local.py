@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from guardsolve.errors import GuardsolveError
-from guardsolve.ir.aten import qualified_name
+from guardsolve.ir.aten import qualified_name, refs
 from guardsolve.ir.concrete import INT_RULES
 from guardsolve.ir.flat import flatten, unflatten
 from guardsolve.ir.graph import Graph
@@ -92,6 +92,7 @@ class LocalReplay:
     user: list[tuple[str, bool]] = field(default_factory=list)
     orphans: list[tuple[str, bool]] = field(default_factory=list)
     meta: dict[tuple[str, bool], dict[str, Any]] = field(default_factory=dict)
+    sizes_read: set[str] = field(default_factory=set)  # tensors whose symbolic sizes user code reads
     _ints: list[Node] = field(default_factory=list)  # the recorded guard graph's nodes, decisions aside
     _defs: dict[str, Node] = field(default_factory=dict)  # those by output name
     decisions: int = 0
@@ -112,6 +113,9 @@ class LocalReplay:
         replay._ints = [n for n in r.nodes if n.op is not Op.BOOL_BAILOUT]
         replay.decisions = len(r.nodes) - len(replay._ints)
         replay._defs = {n.outputs[0]: n for n in replay._ints if n.outputs}
+        for n in t.graph.nodes:
+            if n.op is Op.VAR_SIZE:
+                replay.sizes_read.add(n.inputs[0])
         owned = {q for c in r.calls for q in c.asked}
         for n in r.nodes:
             if n.op is not Op.BOOL_BAILOUT:
@@ -257,17 +261,19 @@ class LocalReplay:
                     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.dim() != b.dim() \
                             or a.dtype != b.dtype:
                         return self._decline(f"{qualified_name(c.func)} returns another rank or dtype")
-                    # NOTE: user code may read a tensor's sizes (or strides) without a trace node:
-                    # constant ones it reads as plain ints, and PyTorch's Python code takes other
-                    # branches on them (`statically_known_true`). So after another size (or another
-                    # stride where user code looked at any layout) only a fresh trace says "the
-                    # same trace"; the replay goes on, as a later rule that rejects these sizes
-                    # stops a fresh trace too
-                    if tainted is None and tuple(map(_sym, a.shape)) != tuple(map(_sym, b.shape)):
-                        tainted = f"{qualified_name(c.func)} returns other sizes for {name}"
-                    elif tainted is None and self.recorded.layout_read:
-                        tainted = (f"{qualified_name(c.func)} returns other strides for {name}, and user code "
-                                   "reads strides or contiguity")
+                    # NOTE: another symbolic size (`b0` where the trace has `a0`: a broadcast of a
+                    # size-1 operand) is invisible to user code that never reads that tensor's
+                    # sizes (a read is a `var_size` node of the trace). A constant one is not: user
+                    # code reads it as a plain int without a trace node, and PyTorch's Python code
+                    # branches on it unrecorded (`statically_known_true`). After such a size only a
+                    # fresh trace says "the same trace"; the replay goes on, as a later rule that
+                    # rejects these sizes stops a fresh trace too. Other strides are invisible
+                    # where user code asked no tensor's strides, offset or contiguity (each such
+                    # question goes through `TracedTensor`, constant ones too).
+                    if tainted is None:
+                        tainted = (_unseen(c.func, name, "sizes", a.shape, b.shape, name in self.sizes_read)
+                                   or _unseen(c.func, name, "strides", a.stride(), b.stride(),
+                                              self.recorded.layout_read, constants=False))
                     changed[name] = a
             if not decided(len(calls)):
                 return self._decline("a decision of the user's code is answered otherwise")
@@ -335,10 +341,17 @@ class LocalReplay:
         except Exception:  # NOTE: eager raises at these sizes: a fresh trace says how
             return False
         nodes = t.graph.nodes
-
         for i, c in enumerate(self.recorded.calls):
             if c.out is None or c.nodes != 1:
                 continue
+            node = nodes[c.first]
+            # NOTE: eager's kernel may hand an input back as an output at some sizes only (a
+            # broadcast that changes nothing): user code then holds the input, another trace
+            ins = [values.get(n) for n in refs((node.params["args"], node.params["kwargs"]))]
+            for o, was in zip(node.outputs, c.aliased or ()):
+                r = values.get(o)
+                if any(r is x for x in ins if isinstance(x, torch.Tensor)) != was:
+                    return False
             replayed = i in now
             metas = [m for m in flatten(now[i] if replayed else c.out)[0] if isinstance(m, torch.Tensor)]
             reals = [values.get(o) for o in nodes[c.first].outputs]
@@ -397,6 +410,20 @@ def _rehinted(rec: Recorder, env: Mapping[str, Any], made: dict[str, Any], x: An
     if isinstance(x, (torch.SymBool, torch.SymFloat)) and x.node.is_symbolic():
         raise _Cannot
     return x
+
+
+def _unseen(func: Any, name: str, what: str, new: Any, old: Any, read: bool, constants: bool = True
+            ) -> str | None:
+    """Why user code could tell `new` sizes (or strides) of tensor `name` from the trace's `old`
+    ones, or None: they are the same, or user code does not `read` them and (where `constants`
+    tell) every one that differs is symbolic in both."""
+    a, b = tuple(map(_sym, new)), tuple(map(_sym, old))
+    if a == b:
+        return None
+    differ = [(x, y) for x, y in zip(a, b) if x != y]
+    if read or (constants and any(not isinstance(x, str) or not isinstance(y, str) for x, y in differ)):
+        return f"{qualified_name(func)} returns other {what} for {name}" + (", which user code reads" if read else "")
+    return None
 
 
 def _same_meta(a: Any, b: Any) -> bool:

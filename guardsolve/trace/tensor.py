@@ -177,7 +177,8 @@ class TracingMode(TorchDispatchMode):
                 if ops or rec.capture:
                     pending = rec.pending if len(ops) == 1 else None  # NOTE: a composite's parts: not one rule
                     rec.calls.append(Call(func, ops[0] if ops else first, len(ops), rec.loc, rec.capture,
-                                          *(pending if pending is not None else (None, None, None, None))))
+                                          *(pending if pending is not None and len(pending) == 5
+                                            else (None, None, None, None, None))))
             return out
         finally:
             rec.depth -= 1
@@ -324,6 +325,7 @@ class TracingMode(TorchDispatchMode):
             raise UnsupportedOpError(qualified_name(func), "PyTorch's shape rule returns a different structure "
                                      "than eager", self._where())
         inputs = {id(a.eager): a for a in flat if isinstance(a, TracedTensor)}
+        aliases: list[bool] = []  # NOTE: eager handed an input back as this output (`trace.local` checks it)
         names: list[str] = []
         out: list[Any] = []
         for r, m in zip(real_leaves, meta_leaves):
@@ -336,6 +338,7 @@ class TracingMode(TorchDispatchMode):
                 name = rec.trace.fresh("v")
                 names.append(name)
                 same = inputs.get(id(r))
+                aliases.append(same is not None)
                 disagree = _disagreement(func, r, m)
                 if disagree is None:
                     # NOTE: a trace records no autograd graph: its outputs do not require grad (a
@@ -376,6 +379,8 @@ class TracingMode(TorchDispatchMode):
                     {"fn": OpName(qualified_name(func)), "args": Args(args), "kwargs": Kwargs(kwargs)},
                     {"loc": rec.loc})
         rec.trace.append(node)
+        if rec.pending is not None and rec.depth == 1:
+            rec.pending = (*rec.pending[:4], aliases)
         return unflatten(out, out_spec)
 
     def _read_data(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
@@ -565,8 +570,9 @@ class Call:
     """One torch call of a trace: the op nodes it recorded (`nodes` of them, the first at index
     `first` of the trace), the user line, the decisions its shape rule made (`asked`: guard-graph
     name, answer), and, when it recorded one node through one rule, that rule's meta inputs
-    (`flat`, unflattened by `spec`; `names`: the trace's name of each traced one) and outputs
-    (else None: a composite decomposed over traced tensors, whose parts are calls of their own)."""
+    (`flat`, unflattened by `spec`; `names`: the trace's name of each traced one) and outputs,
+    and which outputs eager's kernel handed back as an input (else None: a composite decomposed
+    over traced tensors, whose parts are calls of their own)."""
 
     func: Any
     first: int
@@ -577,6 +583,7 @@ class Call:
     spec: Any = None
     names: list[str | None] | None = None
     out: Any = None
+    aliased: list[bool] | None = None  # each tensor output: eager handed an input back as it
 
 
 def dtype_name(dtype: torch.dtype) -> str:
