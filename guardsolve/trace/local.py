@@ -42,7 +42,7 @@ from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Op
 from guardsolve.guards.rules import RuleCache, _sym
 from guardsolve.guards.symbolic import Recorder, SymGuard
-from guardsolve.trace.tensor import Call
+from guardsolve.trace.tensor import Call, _presents_as_tracing
 
 _UNKNOWN = object()  # a value the guard graph cannot give at these sizes (a zero divisor, data)
 _DIMS = frozenset({Op.INT_PLACEHOLDER, Op.INT_ARG})
@@ -171,8 +171,6 @@ class LocalReplay:
         return got
 
     def _probe(self, point: Mapping[str, int], inputs: Any) -> Any:
-        from guardsolve.trace.tracer import _presents_as_tracing
-
         env = self.values(point)
 
         def holds(q: tuple[str, bool]) -> bool:
@@ -196,13 +194,16 @@ class LocalReplay:
                 done.add(q)
                 rec.guards.emit(Op.BOOL_BAILOUT, (q[0],), meta=self.meta.get(q, {}), expect=q[1])
 
-        for q in self.user:
-            keep(q)
-
         def decided(i: int) -> bool:
-            """Do the user's decisions made before call `i` hold? (Else a fresh trace differs
-            there, or its sizes stop it in a way only a trace tells.)"""
-            return all(map(holds, user.get(i, ())))
+            """Do the user's decisions made before call `i` hold (each then kept in its place,
+            so a rejection's region has only those made before it)? Else a fresh trace differs
+            there, or its sizes stop it in a way only a trace tells."""
+            made = user.get(i, ())
+            if not all(map(holds, made)):
+                return False
+            for q in made:
+                keep(q)
+            return True
 
         # NOTE: a replayed call that returns other sizes or strides than the example's (a size
         # the rule made the constant 1) hands them to the calls that use its outputs, which are

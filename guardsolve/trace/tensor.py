@@ -464,6 +464,40 @@ class TracingMode(TorchDispatchMode):
         return str(self.rec.loc) if self.rec.loc is not None else ""
 
 
+class _presents_as_tracing:
+    """Library code asks `torch.compiler.is_compiling()` / `is_exporting()` to skip fast paths
+    that read tensor data (transformers' mask helpers, `nn.MultiheadAttention`'s fast path);
+    guardsolve answers as non-strict torch.export does while any trace runs.
+
+    The flags are torch's process-wide state, so concurrent traces share one count of how
+    many are running; the last one out restores them.
+    """
+
+    _FLAGS = ("_is_compiling_flag", "_is_exporting_flag")
+    _lock = threading.Lock()
+    _active = [0]  # NOTE: mirrors torch's global flags; mutated only under the lock
+    _saved: list[Any] = []
+
+    def __enter__(self) -> None:
+        import torch.compiler as tc
+
+        with self._lock:
+            if self._active[0] == 0:
+                type(self)._saved = [getattr(tc, f) for f in self._FLAGS]
+                for f in self._FLAGS:
+                    setattr(tc, f, True)
+            self._active[0] += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch.compiler as tc
+
+        with self._lock:
+            self._active[0] -= 1
+            if self._active[0] == 0:
+                for f, v in zip(self._FLAGS, self._saved):
+                    setattr(tc, f, v)
+
+
 _NO_MODES = contextlib.nullcontext()
 # NOTE: an eager kernel on tensors this small gains nothing from intra-op threads, and loses
 # much when another process holds a core: oneDNN's and MKL's OpenMP regions wait at their

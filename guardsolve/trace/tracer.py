@@ -17,7 +17,6 @@ from __future__ import annotations
 import inspect
 import os
 import re
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -34,7 +33,7 @@ from guardsolve.guards.rules import RuleCache
 from guardsolve.guards.symbolic import Recorder, SymGuard, call_user
 from guardsolve.trace.local import Recorded
 from guardsolve.trace.static import StaticGuard, layout_guard, tensor_guards
-from guardsolve.trace.tensor import TracedTensor, TracingMode, dtype_name, symint
+from guardsolve.trace.tensor import TracedTensor, TracingMode, _presents_as_tracing, dtype_name, symint
 
 
 @dataclass
@@ -322,6 +321,9 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
             # NOTE: a probe's caller reads where it stopped: the decisions made up to here
             # decide the node it diverged at, or the shape rule that rejected its sizes
             e.prefix_guards = rec.guards  # type: ignore[attr-defined]
+        # NOTE: the calls' meta tensors hold the recorder through their C++ sizes: a cycle the
+        # collector cannot see (see `RuleCache.close`)
+        rec.calls = rec.pending = None
         raise
     finally:
         notes = scrub(fn)  # NOTE: also when the trace raises: the user's objects stay usable
@@ -405,40 +407,6 @@ def _strides_decided_on(guards: Graph, strided: dict[str, str]) -> set[str]:
         for o in n.outputs:
             reads[o] = got
     return found
-
-
-class _presents_as_tracing:
-    """Library code asks `torch.compiler.is_compiling()` / `is_exporting()` to skip fast paths
-    that read tensor data (transformers' mask helpers, `nn.MultiheadAttention`'s fast path);
-    guardsolve answers as non-strict torch.export does while any trace runs.
-
-    The flags are torch's process-wide state, so concurrent traces share one count of how
-    many are running; the last one out restores them.
-    """
-
-    _FLAGS = ("_is_compiling_flag", "_is_exporting_flag")
-    _lock = threading.Lock()
-    _active = [0]  # NOTE: mirrors torch's global flags; mutated only under the lock
-    _saved: list[Any] = []
-
-    def __enter__(self) -> None:
-        import torch.compiler as tc
-
-        with self._lock:
-            if self._active[0] == 0:
-                type(self)._saved = [getattr(tc, f) for f in self._FLAGS]
-                for f in self._FLAGS:
-                    setattr(tc, f, True)
-            self._active[0] += 1
-
-    def __exit__(self, *exc: Any) -> None:
-        import torch.compiler as tc
-
-        with self._lock:
-            self._active[0] -= 1
-            if self._active[0] == 0:
-                for f, v in zip(self._FLAGS, self._saved):
-                    setattr(tc, f, v)
 
 
 def tracing() -> bool:
