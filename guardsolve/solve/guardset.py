@@ -132,7 +132,7 @@ class GuardSet:
 
     @property
     def probes(self) -> tuple[Any, ...]:
-        """The points traced again that record another trace (`paths.Probe`), with why."""
+        """The points probed that record another trace (`paths.Probe`), with why."""
         return tuple(self.exploration.probes) if self.exploration is not None else ()
 
     # -- the set ---------------------------------------------------------------------------
@@ -429,19 +429,19 @@ class GuardSet:
 
     def _explain_paths(self) -> list[str]:
         """The routes merged (each: where it was found, the example's bailouts it answers
-        otherwise, with the op and line that asked) and the sizes traced again that record
+        otherwise, with the op and line that asked) and the sizes probed that record
         another trace."""
         ex = self.exploration
         if ex is None:
             return []
         out: list[str] = []
         if self.paths:
-            out.append("accepted by other routes that record the same trace (traced again at these sizes):")
+            out.append("accepted by other routes that record the same trace (probed at these sizes):")
         for p in self.paths:
             flipped = self._answered_otherwise(p.point)
             asked = "; ".join(f"{self._reading(i)}{self._asked(i)} at {self._origin(i)}" for i in flipped[:2])
             more = f" (and {len(flipped) - 2} more)" if len(flipped) > 2 else ""
-            out.append(f"    {p.describe()}: takes another route" + (f" where {asked}{more}" if asked else "")
+            out.append(f"    {p.describe()} ({p.how()}): takes another route" + (f" where {asked}{more}" if asked else "")
                        + f"; its guards: {', '.join(c.text for c in p.guards) or 'none'}")
         if self.probes:
             out.append("another trace at these sizes (rejected):")

@@ -38,7 +38,7 @@ from guardsolve.solve.disjoin import routes as _routes
 from guardsolve.solve.smt import formula_to_z3, z3_vars
 
 VALUES = (0, 1)
-MAX_PROBES = 16  # points traced again per trace, at most (each costs up to a trace)
+MAX_PROBES = 16  # points probed per trace, at most (each costs up to a trace)
 SMALL_TRACE = 40  # a trace of at most this many nodes is cheap to trace again: up to SMALL_PROBES
 SMALL_PROBES = 64
 TINY_TRACE = 12  # one op or two (a broadcast of three operands): every point queued, up to TINY_PROBES
@@ -53,16 +53,22 @@ class Path:
     """Another route through PyTorch's rules that records the same trace.
 
     `point`: the input dims it was found at; `changed`: the dims set away from the example;
-    `graph`: its guard graph (the route's path condition); `guards`: that condition, minimal.
+    `graph`: its guard graph (the route's path condition); `guards`: that condition, minimal;
+    `replayed`: found by `trace.local` (the calls whose decisions change run again) rather than
+    by tracing the function again.
     """
 
     point: Mapping[str, int]
     changed: tuple[str, ...]
     graph: Graph
     guards: Any  # GuardSet
+    replayed: bool = False  # found by replaying the calls whose decisions change, not a new trace
 
     def describe(self) -> str:
         return ", ".join(f"{d}={self.point[d]}" for d in self.changed)
+
+    def how(self) -> str:
+        return "replayed call by call" if self.replayed else "traced again"
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,7 @@ class Probe:
     changed: tuple[str, ...]
     why: str
     like: str | None = None  # not traced: it makes the decisions the probe at `like` made
+    replayed: bool = False  # decided by replaying the calls whose decisions change, not a new trace
 
     def because(self) -> str:
         """Why it is rejected, as the rest of "a fresh trace at these sizes ..."."""
@@ -90,7 +97,7 @@ class Exploration:
 
     paths: list[Path] = field(default_factory=list)
     probes: list[Probe] = field(default_factory=list)
-    traces: int = 0  # points traced again
+    traces: int = 0  # points traced again (a fresh trace of the function)
     replayed: int = 0  # points probed by replaying only the calls whose decisions change (`trace.local`)
     seconds: float = 0.0
     skipped: str | None = None  # why nothing was explored
@@ -414,10 +421,12 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
             if known is not None:
                 out.probes.append(Probe(point, changed, known.meta["why"], known.meta["probe"]))
                 continue
+            before = out.replayed
             got = probe(point)
+            replayed = out.replayed > before
             if got[0] == "other":
                 _, why, region = got
-                rejected = Probe(point, changed, why)
+                rejected = Probe(point, changed, why, replayed=replayed)
                 out.probes.append(rejected)
                 if region is not None:
                     region.meta.update(probe=rejected.describe(), why=why)
@@ -432,7 +441,7 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
             if not gs.check_dims(point):  # NOTE: the route's own decisions do not hold there
                 out.probes.append(Probe(point, changed, "the replay's recorded decisions fail there"))
                 continue
-            out.paths.append(Path(point, changed, gg, gs))
+            out.paths.append(Path(point, changed, gg, gs, replayed))
             accepts.append(gs.check_dims)
             queue.extend(_candidates(example, units, point))
     finally:
