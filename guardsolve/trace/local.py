@@ -422,7 +422,9 @@ def _unseen(func: Any, name: str, what: str, new: Any, old: Any, read: bool, con
     if a == b:
         return None
     differ = [(x, y) for x, y in zip(a, b) if x != y]
-    if read or (constants and any(not isinstance(x, str) or not isinstance(y, str) for x, y in differ)):
+    # NOTE: a size computed from tensor data (`nonzero`'s) is another one in every run: a trace tells
+    data = any(isinstance(v, torch.SymInt) and getattr(v.node, "data", None) is not None for v in (*new, *old))
+    if read or data or (constants and any(not isinstance(x, str) or not isinstance(y, str) for x, y in differ)):
         return f"{qualified_name(func)} returns other {what} for {name}" + (", which user code reads" if read else "")
     return None
 
