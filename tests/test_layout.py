@@ -130,3 +130,17 @@ def test_solve_is_the_solver_alone() -> None:
              for w in foreign if w in p.read_text()]
     assert found == []
     assert {"dynamic.py", "export_check.py"} <= {p.name for p in (PACKAGE / "pytorch").glob("*.py")}
+
+
+def test_the_repository_root_holds_only_the_project() -> None:
+    """Every file git tracks lies under one of the project's own top-level entries: a stray
+    file (a shell redirect's output once landed as files named after guards) fails here."""
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    out = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip("not a git checkout")
+    allowed = {".ci", ".gitignore", "README.md", "benchmarks", "examples", "guardsolve", "pyproject.toml", "tests"}
+    stray = sorted({line.split("/", 1)[0] for line in out.stdout.splitlines()} - allowed)
+    assert stray == [], f"tracked files outside the project's layout: {stray}"
