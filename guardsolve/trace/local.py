@@ -29,7 +29,7 @@ there, or returns other sizes than the rule said, leaves it to a fresh trace.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -69,9 +69,10 @@ class Recorded:
 
     @staticmethod
     def of(rec: Recorder) -> "Recorded":
-        """Taken before the recorder's graph is pruned (which renames its nodes in place)."""
+        """The recorder's state; its graph must then be pruned with `in_place=False` (pruning in
+        place renames the nodes)."""
         g = rec.guards
-        return Recorded(rec.calls or [], rec.user_at, [Node(n.op, n.inputs, n.outputs, n.params, n.meta) for n in g.nodes],
+        return Recorded(rec.calls or [], rec.user_at, list(g.nodes),
                         dict(g._counters), set(g._used), rec._memo, rec._shape, rec.products, rec._unbacked,
                         rec.local_blocked, rec.strides_read or rec.user_layout)
 
@@ -89,7 +90,6 @@ class LocalReplay:
 
     trace: Any
     recorded: Recorded
-    user: list[tuple[str, bool]] = field(default_factory=list)
     orphans: list[tuple[str, bool]] = field(default_factory=list)
     meta: dict[tuple[str, bool], dict[str, Any]] = field(default_factory=dict)
     sizes_read: set[str] = field(default_factory=set)  # tensors whose symbolic sizes user code reads
@@ -122,9 +122,7 @@ class LocalReplay:
                 continue
             q = (n.inputs[0], bool(n.params["expect"]))
             replay.meta.setdefault(q, n.meta)
-            if n.meta.get("user"):
-                replay.user.append(q)
-            elif q not in owned:
+            if not n.meta.get("user") and q not in owned:
                 replay.orphans.append(q)
         return replay
 
@@ -159,10 +157,10 @@ class LocalReplay:
 
     # -- one probe ------------------------------------------------------------------------------
 
-    def __call__(self, point: Mapping[str, int], inputs: Sequence[Any] | Callable[[], Sequence[Any]]) -> Any:
+    def __call__(self, point: Mapping[str, int], inputs: Sequence[Any]) -> Any:
         """The probe at `point` (`paths.Outcome`: ("same", its guard graph) or ("other", why,
         the region of sizes known to decide the same, or None)), or None: trace again.
-        `inputs`: the example inputs resized to `point` (or a function making them)."""
+        `inputs`: the example inputs resized to `point`."""
         got = self._probe(point, inputs)
         if got is None:
             self.declined += 1
@@ -334,11 +332,10 @@ class LocalReplay:
         from guardsolve.ir.concrete import run_concrete
 
         t = self.trace
-        args = inputs() if callable(inputs) else inputs
         names = [n.params["name"] for n in t.graph.placeholders()]
         try:
             with torch.no_grad():
-                values = run_concrete(t.graph, {**t.constants, **dict(zip(names, args))})
+                values = run_concrete(t.graph, {**t.constants, **dict(zip(names, inputs))})
         except Exception:  # NOTE: eager raises at these sizes: a fresh trace says how
             return False
         nodes = t.graph.nodes

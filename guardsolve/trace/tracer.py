@@ -337,7 +337,7 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
                if p.kind == "tensor" and (observed or p.name in pinned)]
     recorded = Recorded.of(rec) if rec.calls is not None else None
     rec.calls = None
-    guards = rec.guards.pruned()
+    guards = rec.guards.pruned(in_place=recorded is None)  # NOTE: `recorded` keeps the nodes' names
     guards.meta["static"] = graph.meta["static"] = tuple(static)
     return Trace(graph, unwrap(result), signature, fn, mode.constants, out_spec, guards, tuple(static),
                  tuple(notes), opaque, tuple(example_inputs), value_guards, recorded)
