@@ -83,17 +83,30 @@ def test_exploration_replays_instead_of_tracing_again() -> None:
     assert ex.replayed == 4 and ex.traces == 0 and len(gs) == 0 and len(gs.paths) == 4
 
 
-def test_a_constant_size_where_the_trace_has_a_symbolic_one_is_left_to_a_fresh_trace() -> None:
-    # NOTE: at batch 1 `linear`'s rule gives the output the constant size 1; user code would read
-    # it as a plain int, so only a fresh trace says whether the trace is the same (it is)
-    fn, inputs = CASES["linear"]
+def test_a_constant_size_user_code_never_reads_is_replayed_one_it_reads_is_left_to_a_fresh_trace() -> None:
+    # NOTE: at batch 1 `linear`'s rule gives the output the constant size 1 where the trace has
+    # input0 (valued 1 there). Returned as it is, no user code reads it: a route, replayed. Read
+    # by user code (a plain int to it, with no trace node), only a fresh trace says whether the
+    # trace is the same
+    lin = torch.nn.Linear(8, 4).eval()
+    point = {"input0": 1, "input1": 8}
     with torch.no_grad():
-        t = guardsolve.trace(fn, *inputs)
+        t = guardsolve.trace(lin, torch.randn(5, 8))
         replay = LocalReplay.of(t)
-        point = {"input0": 1, "input1": 8}
-        assert replay(point, _inputs_at(t, point)) is None and "other sizes" in replay.why
+        got = replay(point, _inputs_at(t, point))
+        assert got is not None and got[0] == "same", replay.why
+
+        def reads(input: torch.Tensor) -> torch.Tensor:
+            y = lin(input)
+            return y.new_zeros(y.shape[0]) + y.sum(1)
+
+        t = guardsolve.trace(reads, torch.randn(5, 8))
+        replay = LocalReplay.of(t)
+        assert replay(point, _inputs_at(t, point)) is None and "which user code reads" in replay.why
         gs = guardsolve.simplify(t)
-    assert str(gs) == "input1 == 8" and gs.exploration.traces >= 1
+        # NOTE: the fresh trace there makes `new_zeros([1])` where the trace has `new_zeros([input0])`
+        assert gs.exploration.traces >= 1 and not gs.check(torch.randn(1, 8)) and gs.check(torch.randn(2, 8))
+        assert difference(t, guardsolve.trace(reads, torch.randn(1, 8))) is not None
 
 
 def test_a_call_that_changes_sizes_in_place_leaves_probes_to_fresh_traces() -> None:
@@ -111,7 +124,7 @@ def test_a_call_that_changes_sizes_in_place_leaves_probes_to_fresh_traces() -> N
 def test_after_a_constant_size_a_later_rule_that_rejects_still_decides() -> None:
     # NOTE: at height 1 BatchNorm's rule gives the constant 1 where the trace has a size; the
     # replay carries it to ReLU and pooling, and MaxPool2d's rule rejects the sizes (as a fresh
-    # trace's does); at batch 1 nothing rejects, and only a fresh trace can say "the same trace"
+    # trace's does); at batch 1 nothing rejects, and no user code reads the sizes: a route
     with torch.no_grad():
         t = guardsolve.trace(CONV, torch.randn(2, 3, 8, 8))
         replay = LocalReplay.of(t)
@@ -119,5 +132,30 @@ def test_after_a_constant_size_a_later_rule_that_rejects_still_decides() -> None
         got = replay(low, _inputs_at(t, low))
         assert got is not None and got[0] == "other" and "max_pool2d" in got[1], replay.why
         one = {"input0": 1, "input1": 3, "input2": 8, "input3": 8}
-        assert replay(one, _inputs_at(t, one)) is None and "other sizes" in replay.why
+        got = replay(one, _inputs_at(t, one))
+        assert got is not None and got[0] == "same", replay.why
     assert difference(t, guardsolve.trace(CONV, torch.randn(1, 3, 8, 8))) is None
+
+
+def test_at_a_size_0_a_rule_that_rejects_is_found_on_plain_meta_tensors() -> None:
+    # NOTE: `view(-1)` of no elements is ambiguous: at batch 0 `view`'s rule rejects, found by
+    # running the flipped calls' rules on plain meta tensors (no symbolic replay), worded as
+    # the symbolic replay words it; a fresh trace stops there too
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x + 1).view(x.shape[0], 4, -1)
+
+    t = guardsolve.trace(f, torch.randn(3, 8))
+    replay = LocalReplay.of(t)
+    zero = {"x0": 0, "x1": 8}
+    got = replay(zero, _inputs_at(t, zero))
+    assert got is not None and got[0] == "other" and got[2] is None and replay.stopped == 1
+    assert got[1].startswith("stops where aten.view.default's shape rule rejects these sizes: RuntimeError")
+    with pytest.raises(Exception):
+        _trace(f, _inputs_at(t, zero), False, expect=t.graph.nodes)
+    # NOTE: where no rule rejects a size 0, the symbolic replay decides (a route here)
+    sin = guardsolve.trace(lambda x: x.sin(), torch.randn(3, 8))
+    replay = LocalReplay.of(sin)
+    got = replay(zero, _inputs_at(sin, zero))
+    assert got is not None and got[0] == "same" and replay.stopped == 0
+    gs = guardsolve.simplify(t)
+    assert gs.exploration.stopped >= 1 and not gs.check(torch.randn(0, 8)) and gs.check(torch.randn(1, 8))

@@ -82,7 +82,7 @@ def test_the_path_alone_rejects_what_the_merged_guards_accept() -> None:
     assert [c.text for c in guardsolve.simplify(t, explore=False)] == ["input1 == 8", "input0 != 1"]
     merged = guardsolve.simplify(t)
     assert merged.check(torch.randn(1, 8)) and len(merged.paths) == 1
-    assert "input0=1 (traced again): takes another route where input0 != 1" in merged.explain()
+    assert "input0=1 (replayed call by call): takes another route where input0 != 1" in merged.explain()
     assert "aten.linear.default's shape rule" in merged.explain()
 
 

@@ -180,6 +180,7 @@ class Recorder:
         self.layout_observed = False
         self.strides_read = False
         self.user_layout = False  # user code asked a tensor's strides, offset or contiguity (`TracedTensor`)
+        self.sizes_seen: set[str] = set()  # tensors whose sizes user code asked, constant ones too (`TracedTensor`)
 
     # -- locations --------------------------------------------------------------------------
 

@@ -99,6 +99,9 @@ class Exploration:
     probes: list[Probe] = field(default_factory=list)
     traces: int = 0  # points traced again (a fresh trace of the function)
     replayed: int = 0  # points probed by replaying only the calls whose decisions change (`trace.local`)
+    # NOTE: of those, the ones a rule rejects on plain meta tensors (a fraction of a trace): outside
+    # the probe budget, as a known region's points are
+    stopped: int = 0
     seconds: float = 0.0
     skipped: str | None = None  # why nothing was explored
 
@@ -290,9 +293,11 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
     def probe(point: Mapping[str, int]) -> Outcome:
         inputs = _inputs_at(t, point)
         if local is not None:
+            stopped = local.stopped
             got = local(point, inputs)
             if got is not None:
                 out.replayed += 1
+                out.stopped += local.stopped - stopped
                 return got
         out.traces += 1
         try:
@@ -402,7 +407,7 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     # diverged (or before a shape rule rejected its sizes) hold at every point of the region
     rejects: list[Graph] = []
     try:
-        while queue and out.traces + out.replayed < budget and looked < 32 * budget:
+        while queue and out.traces + out.replayed - out.stopped < budget and looked < 32 * budget:
             point, changed = queue.popleft()
             key = tuple(sorted(point.items()))
             if key in seen:

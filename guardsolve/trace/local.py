@@ -46,6 +46,8 @@ from guardsolve.trace.tensor import Call, _presents_as_tracing
 
 _UNKNOWN = object()  # a value the guard graph cannot give at these sizes (a zero divisor, data)
 _DIMS = frozenset({Op.INT_PLACEHOLDER, Op.INT_ARG})
+# NOTE: ops that read tensor data: on plain meta tensors they cannot run at all
+_DATA = frozenset({torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default})
 
 
 @dataclass(eq=False)
@@ -66,6 +68,7 @@ class Recorded:
     unbacked: int
     blocked: str | None
     layout_read: bool  # user code read a stride, an offset or a contiguity (constant ones too)
+    sizes_seen: set[str]  # tensors whose sizes user code read (constant ones too)
 
     @staticmethod
     def of(rec: Recorder) -> "Recorded":
@@ -74,7 +77,7 @@ class Recorded:
         g = rec.guards
         return Recorded(rec.calls or [], rec.user_at, list(g.nodes),
                         dict(g._counters), set(g._used), rec._memo, rec._shape, rec.products, rec._unbacked,
-                        rec.local_blocked, rec.strides_read or rec.user_layout)
+                        rec.local_blocked, rec.strides_read or rec.user_layout, set(rec.sizes_seen))
 
 
 class _Cannot(Exception):
@@ -98,6 +101,7 @@ class LocalReplay:
     decisions: int = 0
     replayed: int = 0
     declined: int = 0
+    stopped: int = 0  # points a rule rejects, found on plain meta tensors (`_stops`)
     why: str = ""  # why the last point declined was left to a fresh trace
 
     @staticmethod
@@ -184,6 +188,11 @@ class LocalReplay:
         flipped = [not all(map(holds, c.asked)) for c in calls]
         if not any(flipped):
             return self._decline("no decision is answered otherwise")
+        if 0 in point.values():
+            stops = self._stops(env, flipped, user, holds)
+            if stops is not None:
+                self.stopped += 1
+                return stops
         rec = self._recorder(point)
         done: set[tuple[str, bool]] = set()
 
@@ -241,10 +250,7 @@ class LocalReplay:
                     # in a fresh trace: its parts are other nodes than the trace's one, so that
                     # trace differs too (or stops in a part's rule): rejected either way
                     # NOTE: worded as a fresh trace's rejection is (`paths._why_not`)
-                    first = (str(e).strip().splitlines() or [""])[0]
-                    why = (f"stops where {qualified_name(c.func)}'s shape rule rejects these sizes: "
-                           f"{f'{type(e).__name__}: {first}'.rstrip(')')[:200]}")
-                    return ("other", why, self._pruned(rec.guards))
+                    return ("other", _rejects(c.func, e), self._pruned(rec.guards))
                 now[i] = out
                 if _same_meta(out, c.out):
                     continue
@@ -260,17 +266,19 @@ class LocalReplay:
                     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.dim() != b.dim() \
                             or a.dtype != b.dtype:
                         return self._decline(f"{qualified_name(c.func)} returns another rank or dtype")
-                    # NOTE: another symbolic size (`b0` where the trace has `a0`: a broadcast of a
-                    # size-1 operand) is invisible to user code that never reads that tensor's
-                    # sizes (a read is a `var_size` node of the trace). A constant one is not: user
-                    # code reads it as a plain int without a trace node, and PyTorch's Python code
-                    # branches on it unrecorded (`statically_known_true`). After such a size only a
-                    # fresh trace says "the same trace"; the replay goes on, as a later rule that
-                    # rejects these sizes stops a fresh trace too. Other strides are invisible
-                    # where user code asked no tensor's strides, offset or contiguity (each such
-                    # question goes through `TracedTensor`, constant ones too).
+                    # NOTE: other sizes (`b0` where the trace has `a0`: a broadcast of a size-1
+                    # operand; the constant 1 where it has a size valued 1 here) are invisible to
+                    # user code that never reads that tensor's sizes: a read goes through
+                    # `TracedTensor` (`sizes_seen`, constant sizes too: user code gets those as
+                    # plain ints, with no trace node) or is a `var_size` node of the trace. The
+                    # calls that take it are replayed with it, as a fresh trace runs their rules.
+                    # Otherwise only a fresh trace says "the same trace"; the replay goes on, as
+                    # a later rule that rejects these sizes stops a fresh trace too. Other strides
+                    # are invisible where user code asked no tensor's strides, offset or
+                    # contiguity (each such question goes through `TracedTensor`, constant ones too).
                     if tainted is None:
-                        tainted = (_unseen(c.func, name, "sizes", a.shape, b.shape, name in self.sizes_read)
+                        seen = name in self.sizes_read or name in self.recorded.sizes_seen
+                        tainted = (_unseen(c.func, name, "sizes", a.shape, b.shape, seen, constants=False)
                                    or _unseen(c.func, name, "strides", a.stride(), b.stride(),
                                               self.recorded.layout_read, constants=False))
                     changed[name] = a
@@ -285,6 +293,60 @@ class LocalReplay:
         gg = self._pruned(rec.guards)
         gg.meta["static"] = self.trace.graph.meta.get("static", ())
         return ("same", gg)
+
+    def _stops(self, env: Mapping[str, Any], flipped: Sequence[bool], user: Mapping[int, Any], holds: Any
+               ) -> Any:
+        """("other", why, None) where a rule rejects the sizes, found cheaply: each call some
+        decision of which flips (or whose inputs come out otherwise) runs its rule on plain meta
+        tensors of the new sizes, without symbols (a rule on concrete sizes costs a third of
+        one over symbols). None where no rule rejects them, or this cannot tell (the symbolic
+        replay then decides).
+
+        Empty tensors are where rules reject most (`view(-1)`, kernels that need an element),
+        so `_probe` asks this first at points with a size 0. The rejection is a fresh trace's:
+        every call before the rejecting one takes its recorded route (its decisions hold) or
+        ran here on the values a fresh trace hands it. No region comes with it (a region needs
+        the rejecting rule's decisions over symbols); a later point inside it runs this again.
+        """
+        from guardsolve.guards.rules import DATA_SHAPED, shape_rule
+
+        calls = self.recorded.calls
+        outputs = self.trace.graph.nodes
+        changed: dict[str, torch.Tensor] = {}
+        for i, (c, f) in enumerate(zip(calls, flipped)):
+            if not all(map(holds, user.get(i, ()))):
+                return None  # NOTE: the user's code branches otherwise first: the replay says how
+            moved = c.names is not None and any(n in changed for n in c.names if n is not None)
+            if not f and not moved:
+                continue
+            if c.flat is None or c.names is None or c.func in DATA_SHAPED or c.func in _DATA:
+                return None
+            try:
+                flat = [changed[n] if n is not None and n in changed else _concrete(env, x)
+                        for x, n in zip(c.flat, c.names)]
+            except _Cannot:
+                return None
+            args, kwargs = unflatten(flat, c.spec)
+            try:
+                with _presents_as_tracing(), torch._C._AutoDispatchBelowAutograd():
+                    out = shape_rule(c.func, args, kwargs, None)
+            except (GuardsolveError, NotImplementedError):
+                return None
+            except Exception as e:
+                if "meta" in str(e).lower():
+                    return None  # NOTE: a part that cannot run on plain meta tensors (it reads data)
+                return ("other", _rejects(c.func, e), None)
+            new = [x for x in flatten(out)[0] if isinstance(x, torch.Tensor)]
+            try:
+                old = [_concrete(env, x) for x in flatten(c.out)[0] if isinstance(x, torch.Tensor)]
+            except _Cannot:
+                old = []
+            if len(new) != len(old):
+                return None
+            for name, a, b in zip(outputs[c.first].outputs, new, old):
+                if _layout(a) != _layout(b):
+                    changed[name] = a
+        return None
 
     def _pruned(self, g: Graph) -> Graph:
         """`g` (a probe's graph: the recorded ints, then its decisions and the nodes its replayed
@@ -363,6 +425,52 @@ class LocalReplay:
                         w is not _UNKNOWN and w != n for w, n in zip(want, r.shape)):
                     return False
         return True
+
+
+def _rejects(func: Any, e: BaseException) -> str:
+    """Why a probe stops at `func`'s rule, worded as a fresh trace's rejection is (`paths._why_not`)."""
+    first = (str(e).strip().splitlines() or [""])[0]
+    return (f"stops where {qualified_name(func)}'s shape rule rejects these sizes: "
+            f"{f'{type(e).__name__}: {first}'.rstrip(')')[:200]}")
+
+
+def _layout(t: torch.Tensor) -> tuple[Any, ...]:
+    return tuple(t.shape), t.stride(), t.storage_offset(), t.dtype
+
+
+def _concrete(env: Mapping[str, Any], x: Any) -> Any:
+    """A call's meta argument `x` at the sizes of `env`, without symbols (a plain meta tensor)."""
+
+    def size(s: Any) -> Any:
+        if not isinstance(s, torch.SymInt):
+            return s
+        node = s.node
+        if not isinstance(node, SymGuard) or node.lazy is not None or node.data is not None:
+            raise _Cannot
+        if node.const:
+            return node.hint
+        v = env.get(node.g, _UNKNOWN)
+        if v is _UNKNOWN or not isinstance(v, int):
+            raise _Cannot
+        return v
+
+    if isinstance(x, torch.Tensor):
+        if x.device.type != "meta" or x.layout is not torch.strided or x.is_conj() or x.is_neg():
+            raise _Cannot
+        shape, stride, offset = [size(s) for s in x.shape], [size(s) for s in x.stride()], size(x.storage_offset())
+        if min(shape, default=0) < 0 or offset < 0:
+            raise _Cannot  # NOTE: a size the recorded route computes that has no meaning here
+        if offset == 0:
+            y = torch.empty_strided(shape, stride, dtype=x.dtype, device="meta")
+        else:
+            elements = size(x.untyped_storage().nbytes()) // x.element_size()
+            y = torch.empty(elements, dtype=x.dtype, device="meta").as_strided(shape, stride, offset)
+        return y.requires_grad_(True) if x.requires_grad else y
+    if isinstance(x, torch.SymInt):
+        return size(x)
+    if isinstance(x, (torch.SymBool, torch.SymFloat)) and x.node.is_symbolic():
+        raise _Cannot
+    return x
 
 
 def _rehinted(rec: Recorder, env: Mapping[str, Any], made: dict[str, Any], x: Any) -> Any:

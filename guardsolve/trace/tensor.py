@@ -110,6 +110,44 @@ class TracedTensor(torch.Tensor):
     def __repr__(self) -> str:  # type: ignore[override]
         return f"TracedTensor({self.tname}, {self.eager!r})"
 
+    # NOTE: a size user code reads (a constant one too: a plain int, with no trace node) is one
+    # the rest of the trace may be computed from: a probe's replay must not change it (`trace.local`)
+    def _seen(self) -> None:
+        rec = self.rec
+        if rec.depth == 0 and not rec.muted:
+            rec.sizes_seen.add(self.tname)
+
+    def size(self, *args: Any) -> Any:  # type: ignore[override]
+        self._seen()
+        return super().size(*args)
+
+    @property
+    def shape(self) -> torch.Size:  # type: ignore[override]
+        self._seen()
+        return super().shape
+
+    def numel(self) -> Any:  # type: ignore[override]
+        self._seen()
+        return super().numel()
+
+    def nelement(self) -> Any:  # type: ignore[override]
+        self._seen()
+        return super().nelement()
+
+    @property
+    def nbytes(self) -> Any:  # type: ignore[override]
+        self._seen()
+        return super().nbytes
+
+    # NOTE: indexing reads sizes in C++ (bounds, and a slice of the whole dim is no slice)
+    def __getitem__(self, index: Any) -> Any:
+        self._seen()
+        return super().__getitem__(index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self._seen()
+        super().__setitem__(index, value)
+
     # NOTE: a stride, contiguity or storage offset user code reads is a fact about the input's
     # layout the trace now depends on; the cache checks it (the values may be constants here).
     def stride(self, *args: Any) -> Any:  # type: ignore[override]
