@@ -83,30 +83,40 @@ def test_exploration_replays_instead_of_tracing_again() -> None:
     assert ex.replayed == 4 and ex.traces == 0 and len(gs) == 0 and len(gs.paths) == 4
 
 
+class _Shift(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.b = torch.nn.Parameter(torch.randn(1, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.b
+
+
 def test_a_constant_size_user_code_never_reads_is_replayed_one_it_reads_is_left_to_a_fresh_trace() -> None:
-    # NOTE: at batch 1 `linear`'s rule gives the output the constant size 1 where the trace has
-    # input0 (valued 1 there). Returned as it is, no user code reads it: a route, replayed. Read
-    # by user code (a plain int to it, with no trace node), only a fresh trace says whether the
-    # trace is the same
-    lin = torch.nn.Linear(8, 4).eval()
-    point = {"input0": 1, "input1": 8}
+    # NOTE: at x0 = 1 the broadcast against the (1, 4) parameter gives the output the constant
+    # size 1 where the trace has x0 (valued 1 there). Returned as it is, no user code reads it:
+    # a route, replayed. Read by user code (a plain int to it, with no trace node), only a
+    # fresh trace says whether the trace is the same (here it is not: `new_zeros([1])`)
+    shift = _Shift().eval()
+    point = {"x0": 1, "x1": 4}
     with torch.no_grad():
-        t = guardsolve.trace(lin, torch.randn(5, 8))
+        t = guardsolve.trace(shift, torch.randn(5, 4))
+        assert [c.text for c in guardsolve.simplify(t, explore=False)] == ["x1 == 4", "x0 != 1"]
         replay = LocalReplay.of(t)
         got = replay(point, _inputs_at(t, point))
         assert got is not None and got[0] == "same", replay.why
+        assert str(guardsolve.simplify(t)) == "(x1 == 1) or (x1 == 4)"  # NOTE: x1 = 1 broadcasts too
 
-        def reads(input: torch.Tensor) -> torch.Tensor:
-            y = lin(input)
+        def reads(x: torch.Tensor) -> torch.Tensor:
+            y = shift(x)
             return y.new_zeros(y.shape[0]) + y.sum(1)
 
-        t = guardsolve.trace(reads, torch.randn(5, 8))
+        t = guardsolve.trace(reads, torch.randn(5, 4))
         replay = LocalReplay.of(t)
         assert replay(point, _inputs_at(t, point)) is None and "which user code reads" in replay.why
         gs = guardsolve.simplify(t)
-        # NOTE: the fresh trace there makes `new_zeros([1])` where the trace has `new_zeros([input0])`
-        assert gs.exploration.traces >= 1 and not gs.check(torch.randn(1, 8)) and gs.check(torch.randn(2, 8))
-        assert difference(t, guardsolve.trace(reads, torch.randn(1, 8))) is not None
+        assert gs.exploration.traces >= 1 and not gs.check(torch.randn(1, 4)) and gs.check(torch.randn(2, 4))
+        assert difference(t, guardsolve.trace(reads, torch.randn(1, 4))) is not None
 
 
 def test_a_call_that_changes_sizes_in_place_leaves_probes_to_fresh_traces() -> None:

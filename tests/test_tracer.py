@@ -93,6 +93,39 @@ def test_operands_of_different_sizes_still_decide_the_broadcast() -> None:
     assert not gs.check(torch.randn(2, 5), torch.randn(1)) and not gs.check(torch.randn(2, 1), torch.randn(1))
 
 
+@pytest.mark.parametrize("shape", [(5, 8), (2, 5, 8), (1, 8), (0, 8), (1, 1, 8), (2, 0, 8), (3, 1, 2, 8), (4, 0)])
+def test_linear_takes_eagers_one_check_and_gives_eagers_result(shape) -> None:  # type: ignore[no-untyped-def]
+    """`linear`'s own rule (`rules._fast_linear`) against eager and against PyTorch's composite:
+    the same sizes, strides and dtype; one guard on the inner size; the example's path alone
+    accepts every leading size (eager records the same `aten.linear` at 0 and 1)."""
+    from guardsolve.guards.rules import _fast_linear
+
+    inner = shape[-1]
+    for bias in (True, False):
+        lin = torch.nn.Linear(inner, 3, bias=bias).eval()
+        x = torch.randn(*shape)
+        want = lin(x)
+        meta = _fast_linear(x.to("meta"), lin.weight.to("meta"), lin.bias.to("meta") if bias else None)
+        composite = torch.ops.aten.linear.default.decompose(x.to("meta"), lin.weight.to("meta"),
+                                                            lin.bias.to("meta") if bias else None)
+        # NOTE: an empty inner dim has strides `_known_contiguous` cannot tell: the composite decides
+        assert meta is not None or 0 in shape
+        for other in (want, composite) if meta is not None else ():
+            assert (meta.shape, meta.dtype) == (other.shape, other.dtype)
+            assert all(a == b or n <= 1 for a, b, n in zip(meta.stride(), other.stride(), meta.shape))
+        with torch.no_grad():
+            gs = guardsolve.simplify(guardsolve.trace(lin, x), explore=False)
+        assert [c.text for c in gs if "== " + str(inner) in c.text] and (meta is None or not any(
+            ">= 2" in c.text or "!= 1" in c.text for c in gs)), str(gs)
+    with pytest.raises(RuntimeError, match=r"mat1 and mat2 shapes cannot be multiplied \(10x7 and 8x4\)"):
+        guardsolve.trace(torch.nn.Linear(8, 4), torch.randn(2, 5, 7))
+    # NOTE: other dtypes, a bias to broadcast, a strided input: PyTorch's composite decides
+    assert _fast_linear(torch.empty(5, 8, device="meta"), torch.empty(4, 8, device="meta", dtype=torch.float64)) is None
+    assert _fast_linear(torch.empty(5, 8, device="meta"), torch.empty(4, 8, device="meta"),
+                        torch.empty(1, device="meta")) is None
+    assert _fast_linear(torch.empty(8, 5, device="meta").t(), torch.empty(4, 8, device="meta")) is None
+
+
 def test_recorded_guards_equal_the_reinterpreted_saved_trace() -> None:
     def f(x, w):
         h = F.layer_norm(x, (x.shape[-1],))

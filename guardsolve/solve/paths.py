@@ -182,7 +182,8 @@ def _why_not(e: BaseException) -> str:
         return f"records another trace: {e}{where}"
     for lead in ("its shape rule rejects these sizes (", "PyTorch's shape rule fails while replaying "):
         if isinstance(e, UnsupportedOpError) and e.reason.startswith(lead):
-            inner = e.reason[len(lead):].rstrip(")")
+            inner = e.reason[len(lead):]
+            inner = inner[:-1] if inner.endswith(")") else inner  # NOTE: the wrapping one only
             inner = inner.split("` (", 1)[1] if inner.startswith("`") and "` (" in inner else inner
             return f"stops where {e.op}'s shape rule rejects these sizes: {inner[:200]}"
     first = (str(e).strip().splitlines() or [""])[0]

@@ -431,7 +431,7 @@ def _rejects(func: Any, e: BaseException) -> str:
     """Why a probe stops at `func`'s rule, worded as a fresh trace's rejection is (`paths._why_not`)."""
     first = (str(e).strip().splitlines() or [""])[0]
     return (f"stops where {qualified_name(func)}'s shape rule rejects these sizes: "
-            f"{f'{type(e).__name__}: {first}'.rstrip(')')[:200]}")
+            f"{f'{type(e).__name__}: {first}'[:200]}")
 
 
 def _layout(t: torch.Tensor) -> tuple[Any, ...]:
