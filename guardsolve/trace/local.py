@@ -10,10 +10,13 @@ their rule run again: `LocalReplay` runs just those, on meta inputs with the exa
 symbolic sizes at the new values, and compares what they return with what they returned.
 When each returns the very same symbolic sizes, strides and dtypes, nothing downstream can
 tell, and the fresh trace would record the same trace: a route, whose path condition is the
-decisions of the calls left alone and those the replayed rules make now. A replayed rule
-that rejects the sizes stops the trace there, as a fresh trace would. Anything else (a
-call that returns other sizes, a composite decomposed over traced tensors, a decision no
-call owns) answers None, and the caller traces again.
+decisions of the calls left alone and those the replayed rules make now. A call that
+returns other sizes (the constant 1 where the trace has a size valued 1 there) hands them to
+the calls that take them, which are replayed with them as a fresh trace runs them, as long as
+user code never reads that tensor's sizes. A replayed rule that rejects the sizes stops the
+trace there, as a fresh trace would (at a point with a size 0, looked for first on plain meta
+tensors: `_stops`). Anything else (other sizes user code reads, a composite decomposed over
+traced tensors, a decision no call owns) answers None, and the caller traces again.
 
 A route found so is then run eagerly at the new sizes (`run_concrete`): a kernel that raises
 there, or returns other sizes than the rule said, leaves it to a fresh trace.
@@ -278,9 +281,9 @@ class LocalReplay:
                     # contiguity (each such question goes through `TracedTensor`, constant ones too).
                     if tainted is None:
                         seen = name in self.sizes_read or name in self.recorded.sizes_seen
-                        tainted = (_unseen(c.func, name, "sizes", a.shape, b.shape, seen, constants=False)
+                        tainted = (_unseen(c.func, name, "sizes", a.shape, b.shape, seen)
                                    or _unseen(c.func, name, "strides", a.stride(), b.stride(),
-                                              self.recorded.layout_read, constants=False))
+                                              self.recorded.layout_read))
                     changed[name] = a
             if not decided(len(calls)):
                 return self._decline("a decision of the user's code is answered otherwise")
@@ -336,12 +339,16 @@ class LocalReplay:
                 if "meta" in str(e).lower():
                     return None  # NOTE: a part that cannot run on plain meta tensors (it reads data)
                 return ("other", _rejects(c.func, e), None)
-            new = [x for x in flatten(out)[0] if isinstance(x, torch.Tensor)]
             try:
-                old = [_concrete(env, x) for x in flatten(c.out)[0] if isinstance(x, torch.Tensor)]
+                was = [_concrete(env, x) for x in flatten(c.out)[0]]
             except _Cannot:
-                old = []
-            if len(new) != len(old):
+                return None
+            now = flatten(out)[0]
+            new = [x for x in now if isinstance(x, torch.Tensor)]
+            old = [x for x in was if isinstance(x, torch.Tensor)]
+            # NOTE: an int it returns otherwise would reach later calls under its recorded name
+            if len(new) != len(old) or [x for x in now if not isinstance(x, torch.Tensor)] != [
+                    x for x in was if not isinstance(x, torch.Tensor)]:
                 return None
             for name, a, b in zip(outputs[c.first].outputs, new, old):
                 if _layout(a) != _layout(b):
@@ -518,18 +525,14 @@ def _rehinted(rec: Recorder, env: Mapping[str, Any], made: dict[str, Any], x: An
     return x
 
 
-def _unseen(func: Any, name: str, what: str, new: Any, old: Any, read: bool, constants: bool = True
-            ) -> str | None:
+def _unseen(func: Any, name: str, what: str, new: Any, old: Any, read: bool) -> str | None:
     """Why user code could tell `new` sizes (or strides) of tensor `name` from the trace's `old`
-    ones, or None: they are the same, or user code does not `read` them and (where `constants`
-    tell) every one that differs is symbolic in both."""
-    a, b = tuple(map(_sym, new)), tuple(map(_sym, old))
-    if a == b:
+    ones, or None: they are the same, or user code does not `read` them."""
+    if tuple(map(_sym, new)) == tuple(map(_sym, old)):
         return None
-    differ = [(x, y) for x, y in zip(a, b) if x != y]
     # NOTE: a size computed from tensor data (`nonzero`'s) is another one in every run: a trace tells
     data = any(isinstance(v, torch.SymInt) and getattr(v.node, "data", None) is not None for v in (*new, *old))
-    if read or data or (constants and any(not isinstance(x, str) or not isinstance(y, str) for x, y in differ)):
+    if read or data:
         return f"{qualified_name(func)} returns other {what} for {name}" + (", which user code reads" if read else "")
     return None
 
