@@ -32,7 +32,7 @@ there, or returns other sizes than the rule said, leaves it to a fresh trace.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -445,32 +445,31 @@ def _layout(t: torch.Tensor) -> tuple[Any, ...]:
     return tuple(t.shape), t.stride(), t.storage_offset(), t.dtype
 
 
-def _concrete(env: Mapping[str, Any], x: Any) -> Any:
-    """A call's meta argument `x` at the sizes of `env`, without symbols (a plain meta tensor)."""
+def _node(s: torch.SymInt) -> SymGuard:
+    """The guard-graph node of a recorded size (one a replay can value by its name)."""
+    node = s.node
+    if not isinstance(node, SymGuard) or node.lazy is not None or node.data is not None:
+        raise _Cannot
+    return node
 
-    def size(s: Any) -> Any:
-        if not isinstance(s, torch.SymInt):
-            return s
-        node = s.node
-        if not isinstance(node, SymGuard) or node.lazy is not None or node.data is not None:
-            raise _Cannot
-        if node.const:
-            return node.hint
-        v = env.get(node.g, _UNKNOWN)
-        if v is _UNKNOWN or not isinstance(v, int):
-            raise _Cannot
-        return v
 
+def _rebuilt(x: Any, size: Callable[[torch.SymInt], Any]) -> Any:
+    """A call's recorded meta argument `x` with `size` of each symbolic size, stride and offset:
+    a meta tensor of them (a view into a storage as large as `x`'s where it has an offset:
+    `split`'s parts), or the int."""
     if isinstance(x, torch.Tensor):
         if x.device.type != "meta" or x.layout is not torch.strided or x.is_conj() or x.is_neg():
             raise _Cannot
-        shape, stride, offset = [size(s) for s in x.shape], [size(s) for s in x.stride()], size(x.storage_offset())
-        if min(shape, default=0) < 0 or offset < 0:
-            raise _Cannot  # NOTE: a size the recorded route computes that has no meaning here
-        if offset == 0:
+
+        def value(v: Any) -> Any:
+            return size(v) if isinstance(v, torch.SymInt) else v
+
+        offset = value(x.storage_offset())
+        shape, stride = [value(v) for v in x.shape], [value(v) for v in x.stride()]
+        if isinstance(offset, int) and offset == 0:
             y = torch.empty_strided(shape, stride, dtype=x.dtype, device="meta")
         else:
-            elements = size(x.untyped_storage().nbytes()) // x.element_size()
+            elements = value(x.untyped_storage().nbytes()) // x.element_size()
             y = torch.empty(elements, dtype=x.dtype, device="meta").as_strided(shape, stride, offset)
         return y.requires_grad_(True) if x.requires_grad else y
     if isinstance(x, torch.SymInt):
@@ -480,16 +479,25 @@ def _concrete(env: Mapping[str, Any], x: Any) -> Any:
     return x
 
 
+def _concrete(env: Mapping[str, Any], x: Any) -> Any:
+    """A call's meta argument `x` at the sizes of `env`, without symbols (a plain meta tensor)."""
+
+    def size(s: torch.SymInt) -> int:
+        node = _node(s)
+        v = node.hint if node.const else env.get(node.g, _UNKNOWN)
+        if not isinstance(v, int) or v < 0:
+            raise _Cannot  # NOTE: unknown here, or a size the recorded route computes that has no meaning here
+        return v
+
+    return _rebuilt(x, size)
+
+
 def _rehinted(rec: Recorder, env: Mapping[str, Any], made: dict[str, Any], x: Any) -> Any:
     """A call's meta argument `x` with every symbolic size a node of `rec` valued from `env`
     (`made`: the sizes made so far for this call, one per guard-graph name)."""
 
-    def size(s: Any) -> Any:
-        if not isinstance(s, torch.SymInt):
-            return s
-        node = s.node
-        if not isinstance(node, SymGuard) or node.lazy is not None or node.data is not None:
-            raise _Cannot
+    def size(s: torch.SymInt) -> Any:
+        node = _node(s)
         if node.const:
             return node.hint
         got = made.get(node.g)
@@ -500,29 +508,11 @@ def _rehinted(rec: Recorder, env: Mapping[str, Any], made: dict[str, Any], x: An
             got = made[node.g] = torch.SymInt(SymGuard(rec, v, int, node.g))
         return got
 
-    if isinstance(x, torch.Tensor):
-        if x.device.type != "meta" or x.layout is not torch.strided or x.is_conj() or x.is_neg():
-            raise _Cannot
-        offset = size(x.storage_offset())
-        shape, stride = [size(s) for s in x.shape], [size(s) for s in x.stride()]
-        muted, rec.muted = rec.muted, True  # NOTE: building a stand-in asks nothing of user code
-        try:
-            if isinstance(offset, int) and offset == 0:
-                y = torch.empty_strided(shape, stride, dtype=x.dtype, device="meta")
-            else:
-                # NOTE: a view into a larger storage (`split`'s parts): a view of a storage as large
-                elements = size(x.untyped_storage().nbytes()) // x.element_size()
-                y = torch.empty(elements, dtype=x.dtype, device="meta").as_strided(shape, stride, offset)
-        finally:
-            rec.muted = muted
-        if x.requires_grad:
-            y.requires_grad_(True)
-        return y
-    if isinstance(x, torch.SymInt):
-        return size(x)
-    if isinstance(x, (torch.SymBool, torch.SymFloat)) and x.node.is_symbolic():
-        raise _Cannot
-    return x
+    muted, rec.muted = rec.muted, True  # NOTE: building a stand-in asks nothing of user code
+    try:
+        return _rebuilt(x, size)
+    finally:
+        rec.muted = muted
 
 
 def _unseen(func: Any, name: str, what: str, new: Any, old: Any, read: bool) -> str | None:
