@@ -543,6 +543,8 @@ def _masked_select(new: Callable[[Any], Any], x: torch.Tensor, mask: torch.Tenso
 # Ops whose output shape depends on tensor data (FakeTensor's `fake_impls`): the shape rule
 # takes `new(numel, pick)`, a fresh unbacked size (at most `numel`; `pick` reads its value
 # from eager's output), and builds the outputs around it.
+# Ops whose result is read from tensor data (a value, not a shape): on meta tensors they cannot run
+READS_DATA = frozenset({_aten._local_scalar_dense.default, _aten.item.default})
 DATA_SHAPED: dict[Any, Callable[..., Any]] = {
     _aten.nonzero.default: lambda new, x: x.new_empty_strided((n := new(x.numel(), lambda real: real.shape[0]), x.dim()),
                                                               (1, n), dtype=torch.int64),
@@ -597,8 +599,7 @@ class RuleCache:
     def __call__(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         rec = self.rec
         # NOTE: two calls of a data-shaped op on the same shapes have different output sizes
-        key = None if func._schema.is_mutable or func in DATA_SHAPED or func in (_aten._local_scalar_dense.default, _aten.item.default) \
-            else _key(func, args, kwargs)
+        key = None if func._schema.is_mutable or func in DATA_SHAPED or func in READS_DATA else _key(func, args, kwargs)
         hit = self.entries.get(key) if key is not None else None
         if hit is not None:
             out, guards = hit

@@ -294,11 +294,10 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
     def probe(point: Mapping[str, int]) -> Outcome:
         inputs = _inputs_at(t, point)
         if local is not None:
-            stopped = local.stopped
             got = local(point, inputs)
+            out.stopped = local.stopped  # NOTE: one replay per exploration: its count is this one's
             if got is not None:
                 out.replayed += 1
-                out.stopped += local.stopped - stopped
                 return got
         out.traces += 1
         try:

@@ -49,8 +49,6 @@ from guardsolve.trace.tensor import Call, _presents_as_tracing
 
 _UNKNOWN = object()  # a value the guard graph cannot give at these sizes (a zero divisor, data)
 _DIMS = frozenset({Op.INT_PLACEHOLDER, Op.INT_ARG})
-# NOTE: ops that read tensor data: on plain meta tensors they cannot run at all
-_DATA = frozenset({torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default})
 
 
 @dataclass(eq=False)
@@ -98,7 +96,7 @@ class LocalReplay:
     recorded: Recorded
     orphans: list[tuple[str, bool]] = field(default_factory=list)
     meta: dict[tuple[str, bool], dict[str, Any]] = field(default_factory=dict)
-    sizes_read: set[str] = field(default_factory=set)  # tensors whose symbolic sizes user code reads
+    sizes_read: set[str] = field(default_factory=set)  # tensors whose sizes user code reads (a read, a `var_size` node)
     _ints: list[Node] = field(default_factory=list)  # the recorded guard graph's nodes, decisions aside
     _defs: dict[str, Node] = field(default_factory=dict)  # those by output name
     decisions: int = 0
@@ -120,6 +118,7 @@ class LocalReplay:
         replay._ints = [n for n in r.nodes if n.op is not Op.BOOL_BAILOUT]
         replay.decisions = len(r.nodes) - len(replay._ints)
         replay._defs = {n.outputs[0]: n for n in replay._ints if n.outputs}
+        replay.sizes_read = set(r.sizes_seen)
         for n in t.graph.nodes:
             if n.op is Op.VAR_SIZE:
                 replay.sizes_read.add(n.inputs[0])
@@ -280,8 +279,7 @@ class LocalReplay:
                     # are invisible where user code asked no tensor's strides, offset or
                     # contiguity (each such question goes through `TracedTensor`, constant ones too).
                     if tainted is None:
-                        seen = name in self.sizes_read or name in self.recorded.sizes_seen
-                        tainted = (_unseen(c.func, name, "sizes", a.shape, b.shape, seen)
+                        tainted = (_unseen(c.func, name, "sizes", a.shape, b.shape, name in self.sizes_read)
                                    or _unseen(c.func, name, "strides", a.stride(), b.stride(),
                                               self.recorded.layout_read))
                     changed[name] = a
@@ -311,7 +309,7 @@ class LocalReplay:
         ran here on the values a fresh trace hands it. No region comes with it (a region needs
         the rejecting rule's decisions over symbols); a later point inside it runs this again.
         """
-        from guardsolve.guards.rules import DATA_SHAPED, shape_rule
+        from guardsolve.guards.rules import DATA_SHAPED, READS_DATA, shape_rule
 
         calls = self.recorded.calls
         outputs = self.trace.graph.nodes
@@ -322,7 +320,7 @@ class LocalReplay:
             moved = c.names is not None and any(n in changed for n in c.names if n is not None)
             if not f and not moved:
                 continue
-            if c.flat is None or c.names is None or c.func in DATA_SHAPED or c.func in _DATA:
+            if c.flat is None or c.names is None or c.func in DATA_SHAPED or c.func in READS_DATA:
                 return None
             try:
                 flat = [changed[n] if n is not None and n in changed else _concrete(env, x)
