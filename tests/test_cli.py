@@ -240,11 +240,11 @@ def test_check_exit_codes(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[
 
 @pytest.mark.parametrize("argv, fragment", [
     (["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims", "a0=1,c0=2"],
-     "unknown dim 'c0'"),
+     "--dims c0: no such dim"),
     (["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims", "a0=-2,b0=-2"],
      "--dims a0=-2: a size is >= 0"),
     (["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dynamic", "z9"],
-     "unknown dim 'z9' in dynamic"),
+     "--dynamic z9: no such dim"),
     (["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims"], None),
     (["report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--timeout-ms", "0"], None),
 ])
@@ -577,7 +577,7 @@ def test_report_via_torch_compile_marks_dynamic_dims(capsys: pytest.CaptureFixtu
 
 @pytest.mark.parametrize("extra, message", [
     (["--format", "dot"], "--format dot does not apply to --via torch.compile (its guards are Dynamo's, not a trace's)"),
-    (["--dynamic", "z9"], "--dynamic z9: no such dim (dims: x0, y0)"),
+    (["--dynamic", "z9"], "--dynamic z9: no such dim: no input named z (dims: x0, y0; x0 is x.shape[0])"),
 ])
 def test_report_via_torch_compile_errors(extra: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", COMPILED, "--shape", "x=12", "--shape", "y=13", "--via", "torch.compile", *extra]) == 2
@@ -599,6 +599,13 @@ MISTAKES = [
     (["report", "examples/mlp.py:MLP", "--shape", "x=2,64", "--export-check"], "give --dynamic DIM"),
     (["report", "examples/nope.py:f", "--shape", "x=2"], "no such file: examples/nope.py"),
     (["report", "examples/mlp.py:MLP", "--shape", "x=2,64", "--format", "dot", "-o", "g.jpg"], "renders .svg, .png or .pdf"),
+    (["report", "examples/mlp.py:MLP", "--shape", "x=4,10,16", "--dynamic", "x5"],
+     "--dynamic x5: no such dim: x has rank 3 (dims: x0, x1, x2; x0 is x.shape[0]); did you mean x2?"),
+    (["report", "examples/mlp.py:MLP", "--shape", "x=4,10,16", "--dynamic", "x"], "its dims are named by index"),
+    (["report", "examples/compiled.py:route", "--shape", "x=12", "--shape", "y=13", "--dynamic", "X0", "--via",
+      "torch.compile"], "did you mean x0?"),
+    (["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--dims", "c0=5"],
+     "--dims c0: no such dim: no input named c (dims: a0, b0; a0 is a.shape[0])"),
 ]
 
 
@@ -610,9 +617,17 @@ def test_argument_mistakes_are_answered_at_once(argv: list[str], fix: str) -> No
     out = subprocess.run([sys.executable, "-m", "guardsolve", *argv], capture_output=True, text=True, cwd=ROOT,
                          timeout=60)
     wall = time.perf_counter() - t0
-    assert out.returncode == 2 and out.stdout == ""
+    assert out.returncode == 2 and out.stdout == "", out.stderr
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("guardsolve: error: ") and fix in out.stderr
     assert wall < 0.5, f"{wall:.2f} s: the mistake was answered after heavy imports (torch alone takes seconds)"
+
+
+def test_help_explains_dim_names() -> None:
+    from guardsolve.cli import _parser
+
+    sub = _parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert "x0 is x.shape[0]" in " ".join(sub["report"].format_help().split())
+    assert "a0 is a.shape[0]" in " ".join(sub["check"].format_help().split())
 
 
 def test_rendering_without_graphviz_is_refused_before_any_work(monkeypatch: pytest.MonkeyPatch) -> None:

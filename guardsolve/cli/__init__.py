@@ -78,7 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", help="write the report here (for dot: .svg/.png/.pdf render with Graphviz)")
     r.add_argument("--verify", action="store_true", help="prove equivalence and irredundancy with z3")
     r.add_argument("--dynamic", action="append", default=[], metavar="DIM",
-                   help="a dim that should stay free: report the guards that constrain it, with fixes")
+                   help="a dim that should stay free: report the guards that constrain it, with fixes. A dim is "
+                        "named by its input and index: x0 is x.shape[0], x2 is x.shape[2] (x1_0 when the name ends "
+                        "in a digit); an --int n is n")
     r.add_argument("--via", choices=["guardsolve", "torch.compile"], default="guardsolve",
                    help="whose guards: guardsolve's own trace (default), or torch.compile's (Dynamo's guards on "
                         "one call, minimal and explained; --dynamic DIM then marks DIM with mark_dynamic, and "
@@ -90,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("-o", "--output", help="file to write (default: stdout)")
     c = sub.add_parser("check", parents=[common, target],
                        help="do new sizes satisfy the guards? exit 0 if they do, 1 if not")
-    c.add_argument("--dims", action="append", default=[], metavar="a0=4,b0=8", help="explicit dim values")
+    c.add_argument("--dims", action="append", default=[], metavar="a0=4,b0=8",
+                   help="explicit dim values; a0 is a.shape[0] (an --int n is n)")
     c.add_argument("--at", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="new tensor shape to check (for a saved tensor trace, --shape means the same)")
     return p

@@ -140,6 +140,49 @@ def check_target(target: str, saved_graph_ok: bool = True) -> None:
                         "or a saved graph file)")
 
 
+def known_dims(shapes: Sequence[str], ints: Sequence[str]) -> dict[str, str]:
+    """Each dim name the trace will have, with what it stands for: `x0` is `x.shape[0]`, an
+    `--int n` is `n` (the names `ir.signature.dim_names` gives, without importing torch).
+
+    >>> known_dims(["x=4,10"], ["n=3"])
+    {'x0': 'x.shape[0]', 'x1': 'x.shape[1]', 'n': 'n'}
+    """
+    from guardsolve.ir.signature import dim_names
+
+    params = [(name, "tensor", len(shape)) for name, shape in map(parse_shape, shapes)]
+    params += [(spec.partition("=")[0].strip(), "int", 0) for spec in ints if spec.partition("=")[0].strip()]
+    return {d: (f"{p.name}.shape[{i}]" if p.kind == "tensor" else p.name)
+            for p in dim_names(params) for i, d in enumerate(p.dims)}
+
+
+def check_dim(dim: str, dims: dict[str, str], flag: str) -> None:
+    """`dim` names an input dim, or the one-line error says what dims are and the closest one.
+
+    >>> check_dim("x5", known_dims(["x=4,10,16"], []), "--dynamic")
+    Traceback (most recent call last):
+    ...
+    guardsolve.cli.args.ArgumentError: --dynamic x5: no such dim: x has rank 3 (dims: x0, x1, x2; x0 is x.shape[0]); did you mean x2?
+    """
+    if dim in dims:
+        return
+    tensors = {v.partition(".shape")[0] for v in dims.values() if ".shape[" in v}
+    stem = dim.rstrip("0123456789").removesuffix("_")
+    if dim in tensors:
+        why, close = f"{dim} is a tensor; its dims are named by index", [d for d in dims if dims[d].startswith(f"{dim}.shape[")][:1]
+    elif stem in tensors and stem != dim:
+        rank = sum(1 for v in dims.values() if v.startswith(f"{stem}.shape["))
+        why, close = f"{stem} has rank {rank}", [d for d in dims if dims[d] == f"{stem}.shape[{rank - 1}]"]
+    else:
+        lowered = {d.lower(): d for d in dims}
+        why = f"no input named {stem or dim}"
+        close = [lowered[c] for c in difflib.get_close_matches(dim.lower(), list(lowered), n=1)]
+    first = next(iter(dims.items()), None)
+    named = f"; {first[0]} is {first[1]}" if first and first[0] != first[1] else ""
+    listed = ", ".join(dims) or "none"
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise ArgumentError(f"{flag} {dim}: no such dim: {why} (dims: {listed}{named}){hint}")
+
+
 RENDERED = (".svg", ".png", ".pdf")
 
 
@@ -167,6 +210,15 @@ def check(args: Any) -> None:
     for d in getattr(args, "dynamic", []) or []:
         if not d.isidentifier():
             raise ArgumentError(f"malformed --dynamic {d!r}: expected a dim name such as x0 (one per --dynamic)")
+    if ":" in args.target and (args.shape or args.int):  # NOTE: a saved graph's dims are known once it is read
+        dims = known_dims(args.shape, args.int)
+        for d in getattr(args, "dynamic", []) or []:
+            check_dim(d, dims, "--dynamic")
+        for spec in getattr(args, "dims", []) or []:
+            for item in spec.split(","):
+                name = item.partition("=")[0].strip()
+                if name.isidentifier():
+                    check_dim(name, dims, "--dims")
     if getattr(args, "export_check", False) and not args.dynamic:
         raise ArgumentError("--export-check checks the --dynamic spec: give --dynamic DIM")
     check_output(getattr(args, "output", None), getattr(args, "format", ""))
