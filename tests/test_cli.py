@@ -43,6 +43,7 @@ def test_report_on_saved_trace(tmp_path: pathlib.Path, capsys: pytest.CaptureFix
     (["report", "examples/notebook.py:add", "--shape", "a=4,x"], "malformed --shape"),
     (["report", "examples/notebook.py:add", "--shape", "a=4"], "no example input for parameter 'b'"),
     (["report", "examples/notebook.py:nope", "--shape", "a=4"], "has no attribute 'nope'"),
+    (["report", "examples/mlp.py:mlp", "--shape", "x=2,64"], "no attribute 'mlp'; did you mean examples/mlp.py:MLP?"),
     (["report", "no_such_module_xyz:f"], "cannot import module"),
 ])
 def test_bad_input_one_line_exit_2(argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str],

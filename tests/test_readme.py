@@ -124,6 +124,16 @@ def test_every_shell_command_runs(tmp_path: pathlib.Path) -> None:
     assert not failures, "\n".join(failures)
 
 
+def test_files_the_readme_writes_are_git_ignored() -> None:
+    """Running the README's commands in a clone leaves it clean: each `-o FILE` is git-ignored."""
+    written = [argv[argv.index("-o") + 1] for b in shell_blocks() for c, _ in b.commands
+               if "-o" in (argv := shlex.split(c))]
+    assert written
+    for path in written:
+        done = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT)
+        assert done.returncode == 0, f"README writes {path}, which git does not ignore"
+
+
 def test_readme_library_examples_run() -> None:
     """The ```pycon blocks, as doctests, in order, in one namespace."""
     text = "\n".join(body for lang, body, _ in blocks() if lang == "pycon")

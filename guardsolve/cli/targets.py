@@ -3,6 +3,7 @@ traced on random tensors of the given shapes."""
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import math
 import os
@@ -77,7 +78,8 @@ def load_callable(target: str, train: bool = False) -> Callable[..., Any]:
     module = _import_file(where) if where.endswith(".py") else _import_module(where)
     fn = getattr(module, attr, None)
     if fn is None:
-        raise TargetError(f"{where} has no attribute {attr!r}")
+        close = similar_name(attr, [n for n in vars(module) if not n.startswith("_")])
+        raise TargetError(f"{where} has no attribute {attr!r}" + (f"; did you mean {where}:{close}?" if close else ""))
     if isinstance(fn, type) and issubclass(fn, torch.nn.Module) or callable(fn) and _takes_no_arguments(fn):
         fn = _construct(target, fn)
     if not callable(fn):
@@ -348,11 +350,27 @@ def describe_inputs(values: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items())
 
 
+def similar_name(name: str, names: Sequence[str]) -> str | None:
+    """The name `name` most likely meant: the same letters in another case first, then a close spelling.
+
+    >>> similar_name("Resmlp", ["ResMLP", "make", "torch"]), similar_name("mkae", ["ResMLP", "make"])
+    ('ResMLP', 'make')
+    """
+    same = [n for n in names if n.lower() == name.lower()]
+    if same:
+        return same[0]
+    lowered = {n.lower(): n for n in names}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1)
+    return lowered[close[0]] if close else None
+
+
 def write_output(text: str, path: str | None) -> None:
+    """`text` to stdout, or to `path` (its missing folders made: `-o out/add.gs`)."""
     if path is None:
         print(text)
         return
     try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(path, "w") as f:
             f.write(text + "\n")
     except OSError as e:
