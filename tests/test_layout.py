@@ -17,18 +17,18 @@ PACKAGE = pathlib.Path(__file__).parent.parent / "guardsolve"
 # Each stage may import its own modules and those of stages with a LOWER level, nothing else.
 # NOTE: this is import order, not pipeline order: `Trace.guard_graph()` and replay's value
 # bailouts use guards/, so guards sits below trace; `simplify()` accepts a `Trace`, so trace sits
-# below solve; the `guarded()` cache ties trace, solve and replay together above both.
+# below solve; the `guarded()` JIT ties trace, solve, replay and Inductor (read through pytorch/) together above them.
 LEVEL = {
     "errors": 0,   # errors.py: the exception hierarchy
     "ir": 1,       # ir/: ops, Node/Graph, text form, the walker, concrete rules
     "guards": 2,   # guards/: guard_graph, normal form, Python-vs-z3 semantics
     "trace": 3,    # trace/: traced tensor, guarded ints, tracer, torch rules, replay
     "solve": 4,    # solve/: union-find, ordering, z3, witnesses, simplify, GuardSet
-    "cache": 5,    # cache.py: guarded()
     "pytorch": 5,  # pytorch/: torch.export's and torch.compile's words in and out (dynamic, export_check, compile)
-    "cli": 6,      # cli/: the command line and its reports
-    "testing": 6,  # testing.py: random guard graphs for tests and benchmarks
-    "api": 7,      # guardsolve/__init__.py (the public API) and __main__.py
+    "jit": 6,      # jit/: guarded() (cache.py), its backends (replay, Inductor) and its store; reads Inductor's guards through pytorch/
+    "cli": 7,      # cli/: the command line and its reports
+    "testing": 7,  # testing.py: random guard graphs for tests and benchmarks
+    "api": 8,      # guardsolve/__init__.py (the public API) and __main__.py
 }
 
 

@@ -1,5 +1,14 @@
 """`guarded(fn)`: a cache of traces keyed by their guards (why guards exist).
 
+Two backends run an entry. `backend="replay"` (the default) replays the trace op by op
+(`trace/replay.py`). `backend="inductor"` compiles it with Inductor (`jit/inductor.py`): an
+entry then holds one or more compiled variants, each behind one check, the trace's guards and
+Inductor's own, simplified together and proven (`Variant.guards`). A call that the trace's
+guards accept but no variant's check does compiles another variant without tracing again. A
+call that cannot be traced or compiled runs eagerly, its reason counted
+(`cache_info().eager_reasons`). With `cache_dir`, entries are saved and a later process loads
+them (`jit/store.py`).
+
 A call binds its arguments through fn's signature (keywords and defaults included). Tensors
 and ints are traced; other arguments (flags, floats, strings, tuples) are pinned by value.
 Each entry's compiled check tests, in order: the inputs' kinds and ranks; the static guards
@@ -37,6 +46,7 @@ import functools
 import inspect
 import itertools
 import threading
+import time
 import warnings
 from collections import deque
 from dataclasses import dataclass, field
@@ -44,7 +54,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from guardsolve.errors import GuardFailure
+from guardsolve.errors import EagerError, GuardFailure, GuardsolveError
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
 from guardsolve.trace.replay import compile_replay
@@ -83,6 +93,13 @@ class Entry:
     check: Callable[..., bool] = field(repr=False, default=None)  # type: ignore[assignment]
     last_used: int = 0
     _hits: _Counter = field(default_factory=_Counter, repr=False)
+    # NOTE: the Inductor backend's compiled variants (a tuple replaced whole, as the entries
+    # are); `uncompiled`: why Inductor cannot serve this trace (its calls then run eagerly);
+    # `static`: the static guards every variant's check starts with
+    variants: tuple[Any, ...] = ()
+    uncompiled: str | None = None
+    static: tuple[StaticGuard, ...] = ()
+    key: str = ""  # the store's name for this entry (its trace's text, hashed)
 
     @property
     def hits(self) -> int:
@@ -98,6 +115,12 @@ class CacheInfo:
     evictions: int
     miss_reasons: tuple[str, ...]
     traces: int = 0
+    compiles: int = 0
+    compile_seconds: float = 0.0
+    variants: tuple[int, ...] = ()  # per entry, its compiled variants (Inductor)
+    eager_reasons: tuple[tuple[str, int], ...] = ()  # why calls ran eagerly, with counts
+    loaded: int = 0  # variants loaded from `cache_dir`
+    load_seconds: float = 0.0  # spent loading them (reading, checking, Inductor's load)
 
 
 class _TensorDesc:
@@ -169,9 +192,15 @@ class GuardedFunction:
 
     def __init__(self, fn: Callable[..., Any], max_entries: int = 8, evict: bool = False,
                  value_guards: bool = False, timeout_ms: int = 5000, miss_history: int = 32,
-                 explore: bool | int = True):
+                 explore: bool | int = True, backend: str = "replay", cache_dir: str | None = None):
         functools.update_wrapper(self, fn)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend={backend!r}: choose one of {', '.join(map(repr, BACKENDS))}")
+        if cache_dir is not None and backend != "inductor":
+            raise ValueError("cache_dir keeps compiled entries: it needs backend='inductor'")
         self.fn = fn
+        self.backend = backend
+        self.cache_dir = cache_dir
         self.explore = explore
         self.max_entries = max_entries
         self.evict = evict
@@ -190,15 +219,23 @@ class GuardedFunction:
         self._leading = [tuple(p.name for p in lead[:k]) for k in range(len(lead) + 1)]
         self._modules = list(fn.modules()) if isinstance(fn, torch.nn.Module) else None
         self._lock = threading.RLock()  # NOTE: held while tracing; reentrant for recursion
+        self._lock_eager = threading.Lock()  # NOTE: only for counting eager calls' reasons
         self._clock = itertools.count(1)
+        self._store: Any = None
         self._reset()
 
     def _reset(self) -> None:
         self._entries: tuple[Entry, ...] = ()
         self._hits, self._misses, self._eager, self._evictions, self._traces = (
             _Counter(), _Counter(), _Counter(), _Counter(), _Counter())
+        self._compiles = _Counter()
+        self._compile_s: list[float] = []
+        self._eager_why: dict[str, int] = {}
         self._log: deque[_Miss | str] = deque(maxlen=self.miss_history)
         self._warned = False
+        self._warned_grad = False
+        self._loaded = False
+        self._loaded_variants = 0
 
     @property
     def entries(self) -> tuple[Entry, ...]:
@@ -209,16 +246,35 @@ class GuardedFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if tracing() and any(is_traced(v) for v in itertools.chain(args, kwargs.values())):
             return self.fn(*args, **kwargs)  # NOTE: inside an outer trace: let it record fn
+        if not self._loaded and self.cache_dir is not None:
+            self._load()
         names, values = self._bind(args, kwargs)
         entries = self._entries
         for e in entries:
             out = self._try(e, names, values)
             if out is not _MISS:
-                return out
+                return self.fn(*args, **kwargs) if out is _EAGER else out
         return self._miss(args, kwargs, names, values, entries)
 
     def _try(self, e: Entry, names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
-        if (e.names is not names and e.names != names) or not e.check(*values):
+        if e.names is not names and e.names != names:
+            return _MISS
+        if self.backend == "inductor":
+            for v in e.variants:
+                if v.check(*values):
+                    out = v.run(*(values if e.traced is None else [values[i] for i in e.traced]))
+                    v._hits.inc()
+                    e._hits.inc()
+                    self._hits.inc()
+                    e.last_used = next(self._clock)
+                    return out
+            if e.uncompiled is None or not e.check(*values):
+                return _MISS
+            # NOTE: the trace fits, Inductor cannot serve it: eager, with the reason counted
+            self._eager.inc()
+            self._count_eager(f"Inductor cannot compile this trace: {e.uncompiled}")
+            return _EAGER
+        if not e.check(*values):
             return _MISS
         try:
             out = e.run(*(values if e.traced is None else [values[i] for i in e.traced]))
@@ -229,6 +285,10 @@ class GuardedFunction:
         self._hits.inc()
         e.last_used = next(self._clock)
         return out
+
+    def _count_eager(self, why: str) -> None:
+        with self._lock_eager:
+            self._eager_why[why] = self._eager_why.get(why, 0) + 1
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
         """The arguments passed, by parameter name, in signature order (defaults are not filled
@@ -276,29 +336,52 @@ class GuardedFunction:
                     if e not in seen:
                         out = self._try(e, names, values)
                         if out is not _MISS:
-                            return out
+                            return self.fn(*args, **kwargs) if out is _EAGER else out
             self._misses.inc()
             record = _Miss(self._entries if locked else seen, names, values, self._state())
             self._log.append(record)
-            if not locked or len(self._entries) >= self.max_entries and not self.evict:
-                if why_eager is None and not locked:
+            if locked and self.backend == "inductor":
+                fits = next((e for e in self._entries if e.trace is not None and e.uncompiled is None
+                             and e.names == names and e.check(*values)), None)
+                if fits is not None:
+                    # NOTE: the trace serves these inputs, its variants' backend guards do not:
+                    # another variant of the same trace, no new trace
+                    variant = self._compile(fits, values)
+                    if variant is not None:
+                        record.note = f"compiled variant {len(fits.variants)} of entry {self._entries.index(fits)}"
+                        fits.variants = fits.variants + (variant,)
+                        self._save(fits, variant)
+                        return variant.run(*(values if fits.traced is None else [values[i] for i in fits.traced]))
+                    why_eager = f"Inductor cannot compile this trace: {fits.uncompiled}"
+            if why_eager is None and (not locked or len(self._entries) >= self.max_entries and not self.evict):
+                if not locked:
                     why_eager = "another thread is tracing this function"
-                elif why_eager is None:
+                else:
                     why_eager = f"the cache is full ({self.max_entries} entries)"
                     if not self._warned:
                         warnings.warn(f"{getattr(self.fn, '__name__', 'function')}: guarded cache is full "
                                       f"({self.max_entries} entries); running eagerly", stacklevel=3)
                         self._warned = True
-                record.note = f"ran eagerly: {why_eager}"
-                self._eager.inc()
-                return self.fn(*args, **kwargs)
-            entry = self._trace(names, values)
+            if why_eager is not None:
+                return self._run_eagerly(record, why_eager, args, kwargs)
+            try:
+                entry = self._trace(names, values)
+            except EagerError:
+                raise  # NOTE: eager raises it too: the call's own error
+            except GuardsolveError as e:
+                # NOTE: a data-dependent branch, an op the tracer does not know: eager serves it
+                return self._run_eagerly(record, f"cannot be traced: {type(e).__name__}: {_first_line(e)}", args, kwargs)
             self._traces.inc()
             if entry.trace.opaque:
                 # NOTE: its output holds traced values inside objects a replay cannot rebuild
                 # (a model's cache object): the call is served, no entry is kept
                 self._log.append("the trace's output holds objects a replay cannot rebuild; no entry kept")
                 return entry.trace.output
+            if self.backend == "inductor":
+                variant = self._compile(entry, values)
+                if variant is not None:
+                    entry.variants = (variant,)
+                    self._save(entry, variant)
             # NOTE: published in one assignment, after the trace succeeded: a trace that raises
             # (KeyboardInterrupt too) leaves the entries as they were
             kept = self._entries
@@ -313,6 +396,66 @@ class GuardedFunction:
             if locked:
                 self._lock.release()
 
+    def _run_eagerly(self, record: "_Miss", why: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        record.note = f"ran eagerly: {why}"
+        self._eager.inc()
+        self._count_eager(why)
+        return self.fn(*args, **kwargs)
+
+    def _compile(self, entry: Entry, values: tuple[Any, ...]) -> Any:
+        """A new Inductor variant of `entry`'s trace at these inputs, or None (with
+        `entry.uncompiled` saying why)."""
+        from guardsolve.jit.inductor import CompileFailure, compile_variant
+        from guardsolve.errors import SolverError
+
+        traced = values if entry.traced is None else tuple(values[i] for i in entry.traced)
+        start = time.perf_counter()
+        try:
+            v = compile_variant(entry.trace, entry.guards, traced, entry.static, entry.names, self.timeout_ms,
+                                save=self.cache_dir is not None)
+        except (CompileFailure, SolverError) as e:
+            entry.uncompiled = str(e)
+            return None
+        finally:
+            self._compile_s.append(time.perf_counter() - start)
+            self._compiles.inc()
+        if not v.check(*values):
+            # NOTE: never trusted: the example it was compiled at must pass its own check
+            entry.uncompiled = "the compiled variant's check rejects the inputs it was compiled at"
+            return None
+        return v
+
+    def _save(self, entry: Entry, variant: Any) -> None:
+        if self.cache_dir is None:
+            return
+        why = self._open_store().save(entry, variant)
+        if why is not None:
+            self._log.append(f"cache_dir: entry {entry.key or '?'} {why}")
+
+    def _open_store(self) -> Any:
+        if self._store is None:
+            from guardsolve.jit.store import Store
+
+            self._store = Store(self.cache_dir, self.fn, self._modules)  # type: ignore[arg-type]
+        return self._store
+
+    def _load(self) -> None:
+        with self._lock:
+            if self._loaded:
+                return
+            store = self._open_store()
+            loaded = store.load(self._namespace())
+            self._log.extend(f"cache_dir: ignored {why}" for why in store.skipped)
+            if loaded:
+                self._entries = self._entries + tuple(loaded)
+                self._loaded_variants += sum(len(e.variants) for e in loaded)
+            self._loaded = True
+
+    def _namespace(self) -> dict[str, Any]:
+        """What a loaded check binds that only this process has (a module's training flags)."""
+        mods = self._modules
+        return {"_training": (lambda: [m.training for m in mods])} if mods is not None else {}
+
     def _untraceable(self, names: tuple[str, ...], values: tuple[Any, ...]) -> str | None:
         """Why these arguments cannot be traced (so the call runs eagerly), or None."""
         for n, v in zip(names, values):
@@ -326,6 +469,11 @@ class GuardedFunction:
                 any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
                 or (self._modules is not None and any(p.requires_grad for p in self.fn.parameters()))):  # type: ignore[attr-defined]
             # NOTE: a trace records no autograd graph, so its first output would not be eager's
+            if not self._warned_grad:
+                warnings.warn(f"{getattr(self.fn, '__name__', type(self.fn).__name__)}: grad mode is on and an input "
+                              "or parameter requires grad: guarded runs such calls eagerly (wrap inference in "
+                              "torch.no_grad() or torch.inference_mode() to use its entries)", stacklevel=4)
+                self._warned_grad = True
             return "autograd: grad mode is on and an input or parameter requires grad"
         return None
 
@@ -343,10 +491,10 @@ class GuardedFunction:
             static.append(self._training_guard())
         gs = simplify(t, timeout_ms=self.timeout_ms, explore=self.explore).with_static(static, names)
         t.inputs = t.recorded = None  # NOTE: the entry keeps its trace, not the call's tensors (nor its recorder)
-        run = compile_replay(t.graph, t.out_spec, t.constants)
+        run = compile_replay(t.graph, t.out_spec, t.constants) if self.backend == "replay" else _no_replay
         assert gs._check is not None
         return Entry(t, gs, run, names, None if plain or len(traced) == len(values) else traced, gs._check,
-                     next(self._clock))
+                     next(self._clock), static=tuple(static))
 
     def _partial(self, names: tuple[str, ...], values: tuple[Any, ...], traced: tuple[int, ...]) -> Callable[..., Any]:
         """fn as a function of the traced arguments only (the others fixed), named like fn's."""
@@ -409,8 +557,14 @@ class GuardedFunction:
     def cache_info(self) -> CacheInfo:
         log = list(self._log)  # NOTE: one C call, atomic under the GIL
         reasons = tuple(r for m in log for r in ((m,) if isinstance(m, str) else m.reasons()))
-        return CacheInfo(len(self._entries), self._hits.value, self._misses.value, self._eager.value,
-                         self._evictions.value, reasons, self._traces.value)
+        with self._lock_eager:
+            eager = tuple(sorted(self._eager_why.items(), key=lambda kv: -kv[1]))
+        entries = self._entries
+        return CacheInfo(len(entries), self._hits.value, self._misses.value, self._eager.value,
+                         self._evictions.value, reasons, self._traces.value, self._compiles.value,
+                         round(sum(self._compile_s), 3), tuple(len(e.variants) for e in entries), eager,
+                         self._loaded_variants,
+                         round(sum(self._store.load_seconds), 3) if self._store is not None else 0.0)
 
     def cache_clear(self) -> None:
         with self._lock:
@@ -418,11 +572,22 @@ class GuardedFunction:
 
 
 _MISS = object()
+_EAGER = object()  # NOTE: `_try`'s answer where the entry's trace fits but Inductor cannot serve it
+BACKENDS = ("replay", "inductor")
+
+
+def _no_replay(*args: Any) -> Any:
+    raise AssertionError("the Inductor backend runs its variants, not a replay")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
 
 
 def guarded(fn: Callable[..., Any] | None = None, *, max_entries: int = 8, evict: bool = False,
             value_guards: bool = False, timeout_ms: int = 5000, miss_history: int = 32,
-            explore: bool | int = True) -> Any:
+            explore: bool | int = True, backend: str = "replay", cache_dir: str | None = None) -> Any:
     """Decorator: cache traces of `fn` and reuse one whenever its guards accept the inputs.
 
     Each entry's guards are exact to its trace (`simplify`'s `explore`): a miss traces `fn`
@@ -433,7 +598,14 @@ def guarded(fn: Callable[..., Any] | None = None, *, max_entries: int = 8, evict
     Past `max_entries` a miss runs `fn` eagerly with a warning, or, with `evict=True`, drops the
     least recently used entry. `miss_history` bounds `cache_info().miss_reasons` (the last
     misses'). A solver timeout (`timeout_ms`) keeps the constraint it could not decide.
+
+    `backend="replay"` (the default) replays a trace op by op; `backend="inductor"` compiles
+    it with Inductor behind one proven check (the trace's guards and Inductor's), one or more
+    variants per trace (`jit/inductor.py`). `cache_dir` (Inductor only) saves each compiled
+    entry there and loads the matching ones in a later process (`jit/store.py`); the directory
+    is trusted as Inductor's own cache directory is (it holds pickles and generated code).
     """
     def wrap(f: Callable[..., Any]) -> GuardedFunction:
-        return GuardedFunction(f, max_entries, evict, value_guards, timeout_ms, miss_history, explore)
+        return GuardedFunction(f, max_entries, evict, value_guards, timeout_ms, miss_history, explore, backend,
+                               cache_dir)
     return wrap(fn) if fn is not None else wrap

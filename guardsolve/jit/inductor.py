@@ -1,0 +1,461 @@
+"""The Inductor backend: a trace compiled by Inductor behind one proven check.
+
+A trace is already a straight line of aten calls (composites kept whole). `compile_variant`
+replays it under `make_fx` over FakeTensors whose sizes are symbols (a size of 0 or 1 too:
+`specialize_zero_one=False`, and `backed_size_oblivious` only while this compile runs), hands
+the graph to `torch._inductor.standalone_compile`, then reads back everything the backend
+assumed: the ShapeEnv's guards with `ignore_static=False` (its pins, the symbols' ranges, the
+equalities and bounds added while lowering, e.g. `x0 <= 4096` for a float sum reduction) and
+the layout it expects of each input (strides, storage offset). Sizes go through the sympy
+bridge of `pytorch/` into guard-graph nodes beside the trace's own minimal guards; the two
+are simplified together into one `GuardSet`, and `verify()` proves it equivalent to (trace
+guards and backend guards), irredundant under sizes >= 0. A guard that cannot be translated
+makes the variant exact to the example's sizes and strides: it is never trusted.
+
+The check runs before the artifact on every call; an artifact is never called where its
+check fails (a static artifact segfaults at size 0, a broken equality asserts).
+
+>>> import torch
+>>> from guardsolve.trace.tracer import trace
+>>> from guardsolve.solve.simplify import simplify
+>>> lin = torch.nn.Linear(16, 8).eval()
+>>> t = trace(lin, torch.randn(4, 16))
+>>> v = compile_variant(t, simplify(t), (torch.randn(4, 16),), [], ("input",))  # doctest: +SKIP
+>>> print(v.guards)  # doctest: +SKIP
+input1 == 16
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import sympy
+import torch
+
+from guardsolve.errors import GuardsolveError
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.ops import Op
+from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
+from guardsolve.solve.guardset import Certificate, GuardSet
+from guardsolve.solve.simplify import simplify
+from guardsolve.solve.tograph import emit_bailout
+from guardsolve.trace.replay import _lines, _spec_source
+from guardsolve.trace.static import StaticGuard
+from guardsolve.trace.tracer import Ref, Trace
+
+try:  # NOTE: PyTorch internals this backend rests on (torch 2.13); named when they move
+    import torch.fx.experimental._config as _fx_config
+    from torch._dynamo.source import LocalSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+except ImportError as e:  # pragma: no cover - depends on the installed torch
+    raise ImportError(f"guardsolve.jit.inductor needs torch 2.13's FakeTensor, make_fx and ShapeEnv: {e}") from e
+
+
+class CompileFailure(GuardsolveError):
+    """A trace Inductor cannot serve (a size returned as output, an op it rejects, a failed
+    compile); the call runs eagerly and the reason is counted."""
+
+
+# -- what Inductor assumed, named ---------------------------------------------------------------
+
+# NOTE: (function that added the guard, file suffix) -> what it means, for `explain()`. A guard
+# from elsewhere is named by its function and file. Rule table: add a row, not a branch.
+_WHY: tuple[tuple[str, str], ...] = (
+    ("need_use_acc_helper", "Inductor: float sum reduction over at most 4096 elements (its accumulator helper)"),
+    ("meta_mm", "make_fx re-trace: mm's inner sizes agree"),
+    ("meta_addmm", "make_fx re-trace: addmm's sizes agree"),
+    ("meta_bmm", "make_fx re-trace: bmm's sizes agree"),
+    ("infer_size", "make_fx re-trace: broadcasting"),
+    ("broadcast_shapes", "make_fx re-trace: broadcasting"),
+    ("_broadcast_shapes", "make_fx re-trace: broadcasting"),
+    ("is_contiguous", "Inductor: the layout of a tensor"),
+)
+
+
+@dataclass(frozen=True)
+class BackendGuard:
+    """One assumption of the backend: its text over the inputs' names and what made it."""
+
+    text: str
+    why: str
+    kind: str  # "size" (a guard over sizes, simplified with the trace's) | "layout" (strides, offset)
+
+    def __str__(self) -> str:
+        return f"{self.text}  ({self.why})"
+
+
+class _Hits:
+    """A hit count bumped without a lock (`next` on `itertools.count` is atomic)."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self) -> None:
+        self._c = itertools.count()
+
+    def inc(self) -> None:
+        next(self._c)
+
+    @property
+    def value(self) -> int:
+        return int(repr(self._c)[6:-1])
+
+
+@dataclass(eq=False)
+class Variant:
+    """One compiled artifact of a trace and its check (trace guards and backend guards, minimal
+    and proven). `run` takes the trace's inputs and returns the traced function's output."""
+
+    guards: GuardSet
+    run: Callable[..., Any]
+    backend: tuple[BackendGuard, ...]
+    compile_s: float
+    certificate: Certificate | None
+    artifact: bytes | None = field(default=None, repr=False)  # the saved artifact, for the store
+    exact_example: bool = False  # a guard could not be translated: the variant serves its example's sizes only
+    loaded: bool = False
+    _hits: _Hits = field(default_factory=_Hits, repr=False)
+
+    @property
+    def check(self) -> Callable[..., bool]:
+        c = self.guards._check
+        assert c is not None
+        return c
+
+    @property
+    def hits(self) -> int:
+        return self._hits.value
+
+    def explain(self) -> str:
+        """Both parts of the check with their sources: the trace's lines, and what Inductor assumed."""
+        out = [self.guards.explain()]
+        if self.backend:
+            out.append("assumed by the backend (read back from its ShapeEnv, simplified with the trace's guards):")
+            out += [f"    {g}" for g in self.backend]
+        if self.exact_example:
+            out.append("a backend guard could not be translated: this variant serves its example's sizes only")
+        return "\n".join(out)
+
+
+# -- the trace as one flat program ----------------------------------------------------------------
+
+
+def _unique_refs(spec: Any, out: list[str]) -> list[str]:
+    if isinstance(spec, Ref):
+        if spec.name not in out:
+            out.append(spec.name)
+    elif isinstance(spec, (tuple, list)):
+        for x in spec:
+            _unique_refs(x, out)
+    elif isinstance(spec, dict):
+        for x in spec.values():
+            _unique_refs(x, out)
+    return out
+
+
+def flat_program(t: Trace) -> tuple[Callable[..., Any], list[str], list[str], list[str]]:
+    """The trace as `f(*inputs, *constants) -> (out0, out1, ...)` (the distinct traced values
+    of the output, in order), its input and constant names and its outputs' names."""
+    inputs = [n.params["name"] for n in t.graph.placeholders()]
+    consts = list(t.constants)
+    outs = _unique_refs(t.out_spec, [])
+    body, ns = _lines(t.graph, tuple(Ref(n) for n in outs))
+    src = "\n".join([f"def program({', '.join(inputs + consts)}):"] + [f"    {b}" for b in body])
+    exec(compile(src, "<guardsolve inductor program>", "exec"), ns)
+    return ns["program"], inputs, consts, outs
+
+
+def runner(artifact: Callable[..., Any], inputs: Sequence[str], consts: Sequence[torch.Tensor],
+           outs: Sequence[str], out_spec: Any) -> Callable[..., Any]:
+    """`run(*inputs)`: the artifact over the inputs and the constants, its flat outputs rebuilt
+    into the traced function's output structure.
+
+    >>> r = runner(lambda a, c: [a + c], ["a"], [torch.ones(1)], ["v0"], {"y": Ref("v0")})
+    >>> r(torch.ones(1))
+    {'y': tensor([2.])}
+    """
+    ns: dict[str, Any] = {"_art": artifact}
+    cnames = []
+    for i, c in enumerate(consts):
+        ns[f"_c{i}"] = c
+        cnames.append(f"_c{i}")
+    result = _spec_source(out_spec, ns)
+    got = "".join(f"{o}, " for o in outs)
+    lines = [f"def run({', '.join(inputs)}):",
+             f"    {got or '_'} = _art({', '.join([*inputs, *cnames])})" if outs else
+             f"    _art({', '.join([*inputs, *cnames])})",
+             f"    return {result}"]
+    src = "\n".join(lines)
+    exec(compile(src, "<guardsolve inductor run>", "exec"), ns)
+    fn = ns["run"]
+    fn.__source__ = src
+    return fn
+
+
+# -- compiling ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _oblivious() -> Any:
+    """Size-oblivious reasoning for backed sizes, for this compile only (a global flag of
+    PyTorch's: guardsolve's own tracing must not run under it)."""
+    with _fx_config.patch(backed_size_oblivious=True):
+        yield
+
+
+def _fakes(mode: FakeTensorMode, se: ShapeEnv, t: Trace, values: Sequence[Any]) -> tuple[list[Any], dict[str, str]]:
+    """A fake per traced input (every size a symbol with range [0, inf), even 0 and 1; a Python
+    int a symbol too) and the symbols' names in the trace's dims."""
+    fakes: list[Any] = []
+    dims: dict[str, str] = {}
+    for p, v in zip(t.signature, values):
+        src = LocalSource(p.name)
+        if p.kind == "int":
+            sym = se.create_symbol(int(v), src, dynamic_dim=DimDynamic.DYNAMIC)
+            fakes.append(se.create_symintnode(sym, hint=int(v), source=src))
+            dims[f"L[{p.name!r}]"] = p.dims[0]
+            continue
+        ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * v.dim())
+        fakes.append(mode.from_tensor(v.detach(), symbolic_context=ctx, source=src))
+        for i, d in enumerate(p.dims):
+            dims[f"L[{p.name!r}].size()[{i}]"] = d
+    return fakes, dims
+
+
+def _why(guard: Any) -> str:
+    sloc = getattr(guard, "sloc", None)
+    frame = getattr(sloc, "framework_loc", None)
+    name, path = getattr(frame, "name", ""), getattr(frame, "filename", "")
+    for fn, text in _WHY:
+        if name == fn:
+            return text
+    if frame is not None:
+        short = path.split(f"torch{os.sep}", 1)[-1]
+        where = "Inductor" if "_inductor" in path else "make_fx re-trace"
+        return f"{where}: {name} (torch/{short}:{getattr(frame, 'lineno', '?')})"
+    return "Inductor's ShapeEnv"
+
+
+def _attribution(se: ShapeEnv, symbols: Mapping[Any, str]) -> list[tuple[Any, str]]:
+    """Each ShapeEnv guard as a sympy condition over the trace's dims, with what made it."""
+    sub = {s: sympy.Symbol(d, integer=True) for s, d in symbols.items()}
+    out = []
+    for g in getattr(se, "guards", ()):
+        try:
+            out.append((g.expr.xreplace(sub), _why(g)))
+        except Exception:  # NOTE: attribution only names a guard; it never decides one
+            continue
+    return out
+
+
+def _read_guards(se: ShapeEnv, fakes: Sequence[Any], t: Trace, dims: Mapping[str, str],
+                 graph: Graph) -> tuple[list[BackendGuard], list[StaticGuard]]:
+    """What the backend assumed: size guards emitted as bailouts of `graph`; layout guards
+    (strides, storage offset) as static guards over the inputs' names. Raises
+    `TranslationError` for a guard with no exact translation."""
+    sources = [LocalSource(p.name) for p in t.signature]
+    leaves = se.produce_guards(list(fakes), sources, ignore_static=False)
+    # NOTE: the symbols as created (a symbol a guard replaced by a constant still names it)
+    symbols = {sym: dims[src] for src, sym in getattr(se, "source_to_var", {}).items() if src in dims}
+    named = _attribution(se, symbols)
+    dim_symbols: dict[str, sympy.Symbol] = {}
+    names: dict[Any, str] = {}
+
+    def symbol(source: str) -> Any:
+        d = dims.get(source)
+        if d is None:
+            raise TranslationError(f"reads {source}, which is not a size of the trace's inputs")
+        if d not in dim_symbols:
+            dim_symbols[d] = sympy.Symbol(d, integer=True)
+            names[dim_symbols[d]] = graph.emit(Op.INT_PLACEHOLDER if d in _sizes(t) else Op.INT_ARG, (), name=d) \
+                if d not in _declared(graph) else d
+        return dim_symbols[d]
+
+    backend: list[BackendGuard] = []
+    static: list[StaticGuard] = []
+    for leaf in leaves:
+        text = _rename(leaf, t)
+        if ".stride()" in leaf or ".storage_offset()" in leaf:
+            static.append(StaticGuard(text, text, text))
+            backend.append(BackendGuard(text, "Inductor: the layout of a tensor input", "layout"))
+            continue
+        expr = parse_guard(leaf, symbol)
+        why = next((w for e, w in named if e == expr), None)
+        if why is None:
+            why = _range_why(expr) or "Inductor's ShapeEnv"
+        cond = emit_bool(graph, expr, names)
+        graph.emit(Op.BOOL_BAILOUT, (cond,), expect=True, meta={"origin": why, "backend": text})
+        backend.append(BackendGuard(text, why, "size"))
+    return backend, static
+
+
+def _range_why(expr: Any) -> str | None:
+    if isinstance(expr, (sympy.LessThan, sympy.GreaterThan, sympy.StrictLessThan, sympy.StrictGreaterThan)):
+        if any(a.is_Integer for a in expr.args) and len(expr.free_symbols) == 1:
+            return "Inductor: the range its ShapeEnv gives this size"
+    return None
+
+
+def _sizes(t: Trace) -> set[str]:
+    return {d for p in t.signature if p.kind == "tensor" for d in p.dims}
+
+
+def _declared(g: Graph) -> set[str]:
+    return {n.params["name"] for n in g.nodes if n.op in (Op.INT_PLACEHOLDER, Op.INT_ARG)}
+
+
+def _rename(leaf: str, t: Trace) -> str:
+    """Dynamo's `L['x']` as the parameter `x` (the check's own argument)."""
+    for p in t.signature:
+        leaf = leaf.replace(f"L[{p.name!r}]", p.name)
+    return leaf
+
+
+def _trace_part(trace_gs: GuardSet) -> Graph:
+    """The trace's minimal guards as a guard graph, each bailout keeping its source line."""
+    g = Graph(meta={"signature": trace_gs.signature})
+    for d in trace_gs.dims:
+        g.emit(Op.INT_PLACEHOLDER if d in trace_gs.sizes else Op.INT_ARG, (), name=d)
+    for c in trace_gs.constraints:
+        emit_bailout(g, c.formula)
+        meta: dict[str, Any] = {}
+        if c.prov:
+            src = trace_gs.graph.nodes[min(c.prov)].meta
+            meta = {k: src[k] for k in ("loc", "op", "origin") if k in src}
+        meta.setdefault("origin", "the trace's guards")
+        g.nodes[-1].meta = {**g.nodes[-1].meta, **meta}
+    return g
+
+
+def _exact(t: Trace, values: Sequence[Any], graph: Graph) -> list[BackendGuard]:
+    """Pin every size (and int) to the example's: the fallback when a backend guard cannot be read."""
+    out = []
+    declared = _declared(graph)
+    for p, v in zip(t.signature, values):
+        vals = [int(v)] if p.kind == "int" else list(v.shape)
+        for d, x in zip(p.dims, vals):
+            if d not in declared:
+                graph.emit(Op.INT_PLACEHOLDER if p.kind == "tensor" else Op.INT_ARG, (), name=d)
+                declared.add(d)
+            cond = graph.emit(Op.INT_EQ, (d, graph.emit(Op.INT_CONST, (), val=int(x))))
+            graph.emit(Op.BOOL_BAILOUT, (cond,), expect=True, meta={"origin": "the example's sizes (a backend guard was not translated)"})
+            out.append(BackendGuard(f"{d} == {x}", "the example's sizes (a backend guard was not translated)", "size"))
+    return out
+
+
+def _exact_layout(t: Trace, values: Sequence[Any]) -> list[StaticGuard]:
+    out = []
+    for p, v in zip(t.signature, values):
+        if p.kind == "tensor":
+            st, off = tuple(v.stride()), v.storage_offset()
+            text = f"{p.name}.stride() == {st} and {p.name}.storage_offset() == {off}"
+            out.append(StaticGuard(text, text, f"({p.name}.stride(), {p.name}.storage_offset())"))
+    return out
+
+
+def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static: Sequence[StaticGuard],
+                    params: Sequence[str], timeout_ms: int = 5000, save: bool = False) -> Variant:
+    """Compile `t` with Inductor at the example `values` (the trace's inputs) and build the
+    variant's check: `trace_gs` and the backend's guards, minimal and proven (`verify()`).
+    `static` and `params` are the entry's (see `GuardedFunction`). With `save`, the artifact's
+    bytes are kept for the store. Raises `CompileFailure`.
+
+    Sizes are symbols from 0 up. The re-trace first reasons size-obliviously (one artifact
+    for sizes 0, 1 and more where the kernels allow it); where that fails (a broadcast of a
+    size the example has at 1), it re-traces with the sizes' own values deciding, and the
+    ShapeEnv records each decision as a guard."""
+    start = time.perf_counter()
+    program, inputs, const_names, outs = flat_program(t)
+    consts = [t.constants[c].detach() for c in const_names]
+    failures: list[str] = []
+    for oblivious in (True, False):
+        se = ShapeEnv(duck_shape=False, specialize_zero_one=False)
+        mode = FakeTensorMode(shape_env=se)
+        scope = _oblivious() if oblivious else contextlib.nullcontext()
+        try:
+            fakes, dims = _fakes(mode, se, t, values)
+            const_fakes = [mode.from_tensor(c, static_shapes=True) for c in consts]
+            with scope, mode, torch.no_grad():
+                gm = make_fx(program, tracing_mode="fake")(*fakes, *const_fakes)
+        except Exception as e:
+            failures.append(f"make_fx could not re-trace the trace: {type(e).__name__}: {_first_line(e)}")
+            continue
+        _tensor_outputs(gm)
+        for n in gm.graph.nodes:
+            if "val" in n.meta:
+                # NOTE: standalone_compile("from_graph") reads `example_value`; without it, it falls
+                # back to a fresh ShapeEnv and compiles static (which segfaults at size 0)
+                n.meta["example_value"] = n.meta["val"]
+        scope = _oblivious() if oblivious else contextlib.nullcontext()
+        try:
+            with scope:
+                artifact = torch._inductor.standalone_compile(gm, [*fakes, *const_fakes], dynamic_shapes="from_graph")
+        except Exception as e:
+            failures.append(f"Inductor could not compile the trace: {type(e).__name__}: {_first_line(e)}")
+            continue
+        compile_s = time.perf_counter() - start
+        data = _artifact_bytes(artifact) if save else None
+        return _variant(t, trace_gs, values, static, params, timeout_ms, se, fakes, dims, artifact, inputs,
+                        consts, outs, compile_s, data)
+    raise CompileFailure(failures[-1])
+
+
+def _tensor_outputs(gm: Any) -> None:
+    results = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    for r in results if isinstance(results, (tuple, list)) else [results]:
+        val = r.meta.get("val") if isinstance(r, torch.fx.Node) else r
+        if not isinstance(val, torch.Tensor):
+            raise CompileFailure(f"the output holds a {type(val).__name__}, not only tensors (Inductor returns tensors)")
+
+
+def _variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static: Sequence[StaticGuard],
+             params: Sequence[str], timeout_ms: int, se: ShapeEnv, fakes: Sequence[Any], dims: Mapping[str, str],
+             artifact: Any, inputs: Sequence[str], consts: Sequence[torch.Tensor], outs: Sequence[str],
+             compile_s: float, data: bytes | None) -> Variant:
+    graph = _trace_part(trace_gs)
+    exact = False
+    try:
+        backend, layout = _read_guards(se, fakes, t, dims, graph)
+    except TranslationError:
+        graph = _trace_part(trace_gs)
+        backend, layout, exact = _exact(t, values, graph), _exact_layout(t, values), True
+    gs = simplify(graph, explore=False, timeout_ms=timeout_ms, jobs=1).with_static([*static, *layout], params)
+    cert = gs.verify(timeout_ms=max(timeout_ms, 10000))
+    run = runner(artifact, inputs, consts, outs, t.out_spec)
+    return Variant(gs, run, tuple(backend), compile_s, cert, data, exact)
+
+
+def _artifact_bytes(artifact: Any) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="guardsolve-") as d:
+        path = os.path.join(d, "artifact.bin")
+        artifact.save(path=path, format="binary")
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def load_artifact(data: bytes) -> Callable[..., Any]:
+    """An artifact saved by `compile_variant(save=True)`, loaded (Inductor's cache rebuilds its
+    C++ when cold; a warm cache makes this milliseconds)."""
+    from torch._inductor import CompiledArtifact
+
+    with tempfile.TemporaryDirectory(prefix="guardsolve-") as d:
+        path = os.path.join(d, "artifact.bin")
+        with open(path, "wb") as f:
+            f.write(data)
+        return CompiledArtifact.load(path=path, format="binary")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+__all__ = ["BackendGuard", "CompileFailure", "Variant", "compile_variant", "flat_program", "load_artifact", "runner"]
+

@@ -1,0 +1,291 @@
+"""Compiled entries kept across processes: `guarded(fn, backend="inductor", cache_dir=PATH)`.
+
+Each compiled variant is one file, `PATH/<fingerprint>/<entry>-<variant>.gse`, written
+atomically (a temporary file in the same folder, then `os.replace`), so two processes sharing
+the folder never read half a file. A file holds a header, the SHA-256 of its payload and the
+payload: the variant's check (its minimal guards, static guards and what the backend assumed,
+with their proof), the artifact Inductor saved, and how to call it (the inputs' names, the
+module's parameters and buffers by qualified name, the output structure).
+
+The fingerprint (the folder's name) covers the format, the torch build, Python's version,
+fn's code (a module's classes' source, or a function's code objects) and, for a module, the
+names, shapes and dtypes of its parameters and buffers. A later process reads only the
+folder of its own fingerprint. A file that is truncated, corrupted, from another fingerprint,
+or whose artifact does not load is ignored with a reason (`Store.skipped`), never used.
+
+The folder is trusted as Inductor's own cache folder is: its files are pickles and generated
+C++ that run on load. Do not point `cache_dir` at a folder others can write.
+
+>>> fingerprint(lambda x: x + 1) == fingerprint(lambda x: x + 1)
+True
+>>> fingerprint(lambda x: x + 1) == fingerprint(lambda x: x + 2)
+False
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import io
+import os
+import pickle
+import sys
+import tempfile
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from guardsolve.ir.graph import SharedParams
+from guardsolve.solve.guardset import GuardSet
+from guardsolve.trace.static import StaticGuard
+
+FORMAT = b"guardsolve-entry-1\n"
+_GUARDSET_FIELDS = ("constraints", "graph", "dims", "sizes", "signature", "implied", "undecided", "tautologies",
+                    "value_guards", "static", "params", "widened")
+
+
+# -- fingerprints -------------------------------------------------------------------------------
+
+
+def _code_digest(code: types.CodeType, h: Any) -> None:
+    h.update(code.co_code)
+    h.update(repr(code.co_names).encode())
+    h.update(repr(code.co_varnames).encode())
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            _code_digest(c, h)
+        else:
+            h.update(repr(c).encode())
+
+
+def _source_of(obj: Any) -> str | None:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return None
+
+
+def fingerprint(fn: Callable[..., Any]) -> str:
+    """What an entry was compiled for: the format, torch's build, Python, fn's code and, for a
+    module, its parameters' and buffers' names, shapes and dtypes (hex, 24 digits)."""
+    h = hashlib.sha256()
+    h.update(FORMAT)
+    h.update(f"{torch.__version__} {getattr(torch.version, 'git_version', '')} {sys.version_info[:3]}".encode())
+    if isinstance(fn, torch.nn.Module):
+        for name, m in fn.named_modules():
+            cls = type(m)
+            h.update(f"{name}:{cls.__module__}.{cls.__qualname__}".encode())
+            src = _source_of(cls)
+            if src is not None:
+                h.update(src.encode())
+            elif hasattr(cls.forward, "__code__"):
+                _code_digest(cls.forward.__code__, h)
+        for name, t in [*fn.named_parameters(), *fn.named_buffers()]:
+            h.update(f"{name}:{tuple(t.shape)}:{t.dtype}:{t.requires_grad}".encode())
+    else:
+        h.update(f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__name__)}".encode())
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            _code_digest(code, h)
+        else:
+            h.update((_source_of(type(fn)) or repr(type(fn))).encode())
+    return h.hexdigest()[:24]
+
+
+# -- pickling what a variant needs ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Rebind:
+    """A static guard's value that only the running process has (a module's training flags):
+    bound again from the loading function's namespace."""
+
+    name: str
+
+
+class _Pickler(pickle.Pickler):
+    """Read-only mappings as dicts (shared params stay read-only); a static guard's callables as `_Rebind`."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, types.MappingProxyType):
+            return dict, (dict(obj),)
+        if type(obj) is SharedParams:  # NOTE: read-only: built whole, never item by item
+            return SharedParams, (dict(obj),)
+        if isinstance(obj, StaticGuard):
+            values = tuple((k, _Rebind(k) if callable(v) and not isinstance(v, type) else v) for k, v in obj.values)
+            return StaticGuard, (obj.text, obj.source, obj.subject, values)
+        if isinstance(obj, GuardSet):
+            return _guardset, ({f: getattr(obj, f) for f in _GUARDSET_FIELDS},)
+        return NotImplemented
+
+
+def _guardset(state: dict[str, Any]) -> GuardSet:
+    return GuardSet(state["constraints"], state["graph"], state["dims"], state["sizes"], state["signature"],
+                    set(state["implied"]), state["undecided"], state["tautologies"], state["value_guards"],
+                    static=state["static"], params=state["params"], widened=state["widened"])
+
+
+def _rebind(gs: GuardSet, namespace: Mapping[str, Any]) -> GuardSet:
+    static = []
+    for g in gs.static:
+        values = []
+        for k, v in g.values:
+            if isinstance(v, _Rebind):
+                if v.name not in namespace:
+                    raise LookupError(f"its static guard {g.text!r} needs {v.name}, which this function lacks")
+                v = namespace[v.name]
+            values.append((k, v))
+        static.append(StaticGuard(g.text, g.source, g.subject, tuple(values)))
+    return gs.with_static(static, gs.params)
+
+
+def dumps(payload: Mapping[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(dict(payload))
+    body = buf.getvalue()
+    return FORMAT + hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+
+
+def loads(data: bytes) -> dict[str, Any]:
+    """The payload of a file written by `dumps`; ValueError names what is wrong with it."""
+    if not data.startswith(FORMAT):
+        raise ValueError("not a guardsolve entry of this format (header)")
+    rest = data[len(FORMAT):]
+    digest, sep, body = rest.partition(b"\n")
+    if not sep or len(digest) != 64:
+        raise ValueError("truncated (no checksum)")
+    if hashlib.sha256(body).hexdigest().encode() != digest:
+        raise ValueError("checksum mismatch (truncated or corrupted)")
+    payload = pickle.loads(body)
+    if not isinstance(payload, dict):
+        raise ValueError("payload is not an entry")
+    return payload
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write `data` to `path` so that a reader sees the old file or the whole new one."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with _suppress():
+            os.unlink(tmp)
+        raise
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> bool:
+        return exc[0] is not None and issubclass(exc[0], OSError)
+
+
+# -- the store ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Store:
+    """One function's folder of compiled entries under `root`."""
+
+    root: str
+    fn: Callable[..., Any]
+    modules: Sequence[torch.nn.Module] | None = None
+    skipped: list[str] = field(default_factory=list)  # files ignored on load, with why
+    load_seconds: list[float] = field(default_factory=list)  # per variant loaded
+
+    def __post_init__(self) -> None:
+        self.folder = os.path.join(self.root, fingerprint(self.fn))
+
+    def _tensors(self) -> dict[int, str]:
+        """Parameters and buffers by identity -> qualified name."""
+        if not isinstance(self.fn, torch.nn.Module):
+            return {}
+        named = [*self.fn.named_parameters(remove_duplicate=False), *self.fn.named_buffers(remove_duplicate=False)]
+        return {id(t): n for n, t in named}
+
+    def save(self, entry: Any, variant: Any) -> str | None:
+        """Write one variant; returns why it was not saved, or None."""
+        t = entry.trace
+        if variant.artifact is None:
+            return "the artifact was not kept"
+        by_id = self._tensors()
+        consts = []
+        for name, c in t.constants.items():
+            q = by_id.get(id(c))
+            if q is None:
+                return (f"not saved: the trace uses the tensor {name}, which is not a parameter or buffer of the "
+                        f"module (its value could differ in another process)")
+            consts.append(q)
+        key = entry.key or hashlib.sha256(f"{entry.names}\n{t.graph}".encode()).hexdigest()[:16]
+        entry.key = key
+        vkey = hashlib.sha256(str(variant.guards).encode() + repr([g.text for g in variant.guards.static]).encode()
+                              ).hexdigest()[:12]
+        from guardsolve.jit.inductor import flat_program
+
+        _, inputs, _, outs = flat_program(t)
+        payload = {"fingerprint": os.path.basename(self.folder), "entry": key, "names": entry.names,
+                   "traced": entry.traced, "guards": variant.guards, "backend": variant.backend,
+                   "compile_s": variant.compile_s, "certificate": variant.certificate,
+                   "exact_example": variant.exact_example, "inputs": inputs, "consts": consts, "outs": outs,
+                   "out_spec": t.out_spec, "artifact": variant.artifact, "saved": time.time()}
+        try:
+            data = dumps(payload)
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            return f"not saved: {type(e).__name__}: {e}"
+        write_atomic(os.path.join(self.folder, f"{key}-{vkey}.gse"), data)
+        return None
+
+    def load(self, namespace: Mapping[str, Any]) -> list[Any]:
+        """The entries of this fingerprint, each with the variants that load; the rest in `skipped`."""
+        from guardsolve.jit.cache import Entry
+        from guardsolve.jit.inductor import Variant, load_artifact, runner
+
+        if not os.path.isdir(self.folder):
+            return []
+        tensors = dict([*self.fn.named_parameters(remove_duplicate=False), *self.fn.named_buffers(remove_duplicate=False)]
+                       ) if isinstance(self.fn, torch.nn.Module) else {}
+        entries: dict[str, Any] = {}
+        for name in sorted(os.listdir(self.folder)):
+            if not name.endswith(".gse"):
+                continue
+            path = os.path.join(self.folder, name)
+            start = time.perf_counter()
+            try:
+                with open(path, "rb") as f:
+                    p = loads(f.read())
+                if p.get("fingerprint") != os.path.basename(self.folder):
+                    raise ValueError("written for another fingerprint")
+                missing = [q for q in p["consts"] if q not in tensors]
+                if missing:
+                    raise ValueError(f"the module has no parameter or buffer {missing[0]}")
+                gs = _rebind(p["guards"], namespace)
+                consts = [tensors[q].detach() for q in p["consts"]]
+                art = load_artifact(p["artifact"])
+                run = runner(art, p["inputs"], consts, p["outs"], p["out_spec"])
+            except Exception as e:  # NOTE: any failure ignores this file, with its reason; none is used
+                self.skipped.append(f"{name}: {type(e).__name__}: {e}")
+                continue
+            v = Variant(gs, run, tuple(p["backend"]), p["compile_s"], p["certificate"], None, p["exact_example"],
+                        loaded=True)
+            self.load_seconds.append(time.perf_counter() - start)
+            e = entries.get(p["entry"])
+            if e is None:
+                e = entries[p["entry"]] = Entry(None, gs, _never, tuple(p["names"]), p["traced"], _never,
+                                                key=p["entry"])  # type: ignore[arg-type]
+            e.variants = e.variants + (v,)
+        return list(entries.values())
+
+
+def _never(*args: Any, **kwargs: Any) -> bool:
+    """A loaded entry has no trace: its trace guards never claim an input (a miss traces anew)."""
+    return False
