@@ -77,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--format", choices=["text", "json", "python", "dot"], default="text")
     r.add_argument("-o", "--output", help="write the report here (for dot: .svg/.png/.pdf render with Graphviz)")
     r.add_argument("--verify", action="store_true", help="prove equivalence and irredundancy with z3")
+    r.add_argument("-v", "--verbose", action="store_true",
+                   help="list each other route tried (merged, or rejected with why), not only their counts")
     r.add_argument("--dynamic", action="append", default=[], metavar="DIM",
                    help="a dim that should stay free: report the guards that constrain it, with fixes. A dim is "
                         "named by its input and index: x0 is x.shape[0], x2 is x.shape[2] (x1_0 when the name ends "
@@ -210,7 +212,8 @@ def _report(args: argparse.Namespace) -> int:
                       explore=not args.no_explore)
         seconds = time.perf_counter() - t0
     info = ReportInfo(loaded.target, loaded.inputs, loaded.graph, seconds, args.verify, args.dynamic,
-                      loaded.target if loaded.from_file else None, input_specs=loaded.input_specs)
+                      loaded.target if loaded.from_file else None, input_specs=loaded.input_specs,
+                      verbose=args.verbose)
     # NOTE: fail soft: a stage after the guards that fails is reported after them, never instead of them
     if args.verify:
         with _Progress("verifying"):

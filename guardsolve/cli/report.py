@@ -35,6 +35,7 @@ class ReportInfo:
     checked: Any = None  # with --export-check: the `export_check.ExportCheck` of the --dynamic spec
     input_specs: dict[str, Any] | None = None  # each input's shape and dtype (JSON's `inputs`)
     failures: list[tuple[str, str]] = field(default_factory=list)  # (stage, error) of stages after the guards
+    verbose: bool = False  # list each route tried, not only their counts
 
 
 def plural(count: int, word: str) -> str:
@@ -145,7 +146,7 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
             if origin not in seen:
                 seen.add(origin)
                 lines.append(f"    {origin}")
-    lines += path_lines(gs)
+    lines += path_lines(gs, info.verbose)
     for i in gs.value_guards:
         lines.append(f"not checkable from shapes alone: {gs._data_decision(i)}  at {gs._origin(i)}")
     for u in gs.undecided:
@@ -165,27 +166,25 @@ def failure_lines(info: ReportInfo, prefix: str = "") -> list[str]:
     return ["", f"{prefix}# failed after the guards were computed:"] + [f"{prefix}{stage}: {msg}" for stage, msg in info.failures]
 
 
-def path_lines(gs: GuardSet, rejected: int = 6) -> list[str]:
-    """The routes merged into the guards, and (the first few) sizes traced again that record
-    another trace."""
+def path_lines(gs: GuardSet, verbose: bool = False) -> list[str]:
+    """The other routes tried, as one line (`verbose`: then each route merged into the guards,
+    and each size that records another trace, with why)."""
     ex = gs.exploration
     if ex is None:
         return []
-    if ex.skipped and not (ex.traces or ex.replayed):
+    if ex.skipped and not (gs.paths or gs.probes):
         return ["", f"other routes: not explored ({ex.skipped})"]
-    lines = ["", f"other routes: tried at {plural(ex.traces + ex.replayed, 'point')} (sizes 0 and 1; "
-                 f"{ex.replayed} replayed call by call, {ex.traces} traced again) in "
-                 f"{ex.seconds * 1000:.1f} ms; {len(gs.paths)} record the same trace and are merged"
-                 + (f"; {ex.skipped}" if ex.skipped else "")]
+    hint = " (--verbose lists them)" if not verbose and (gs.paths or gs.probes) else ""
+    lines = ["", f"other routes: {ex.summary()}{hint}"]
+    if not verbose:
+        return lines
     for p in gs.paths:
         asked = gs._answered_otherwise(p.point)
         where = f" — {gs._origin(asked[0])}" if asked else ""
         lines.append(f"    same trace at {p.describe()}: {gs._reading(asked[0]) if asked else 'another route'}"
                      f" answered otherwise{where}")
-    for p in gs.probes[:rejected]:
+    for p in gs.probes:
         lines.append(f"    rejected at {p.describe()}: {p.because()}")
-    if len(gs.probes) > rejected:
-        lines.append(f"    ... and {len(gs.probes) - rejected} more (--format json lists them all)")
     return lines
 
 

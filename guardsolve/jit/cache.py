@@ -262,7 +262,14 @@ class GuardedFunction:
         if self.backend == "inductor":
             for v in e.variants:
                 if v.check(*values):
-                    out = v.run(*(values if e.traced is None else [values[i] for i in e.traced]))
+                    try:
+                        out = v.run(*(values if e.traced is None else [values[i] for i in e.traced]))
+                    except Exception as err:
+                        # NOTE: a kernel's own error (an index out of range in data): eager gives
+                        # the call's own error, or its value
+                        self._eager.inc()
+                        self._count_eager(f"the compiled kernels raised {type(err).__name__}: {_first_line(err)[:200]}")
+                        return _EAGER
                     v._hits.inc()
                     e._hits.inc()
                     self._hits.inc()
@@ -418,7 +425,7 @@ class GuardedFunction:
             return None
         finally:
             self._compile_s.append(time.perf_counter() - start)
-            self._compiles.inc()
+        self._compiles.inc()
         if not v.check(*values):
             # NOTE: never trusted: the example it was compiled at must pass its own check
             entry.uncompiled = "the compiled variant's check rejects the inputs it was compiled at"

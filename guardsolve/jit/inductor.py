@@ -121,6 +121,7 @@ class Variant:
     artifact: bytes | None = field(default=None, repr=False)  # the saved artifact, for the store
     exact_example: bool = False  # a guard could not be translated: the variant serves its example's sizes only
     loaded: bool = False
+    plain: bool = False  # no mutation, no output aliasing an input: Inductor's call is run directly
     _hits: _Hits = field(default_factory=_Hits, repr=False)
 
     @property
@@ -173,9 +174,10 @@ def flat_program(t: Trace) -> tuple[Callable[..., Any], list[str], list[str], li
 
 
 def runner(artifact: Callable[..., Any], inputs: Sequence[str], consts: Sequence[torch.Tensor],
-           outs: Sequence[str], out_spec: Any) -> Callable[..., Any]:
+           outs: Sequence[str], out_spec: Any, boxed: bool = False) -> Callable[..., Any]:
     """`run(*inputs)`: the artifact over the inputs and the constants, its flat outputs rebuilt
-    into the traced function's output structure.
+    into the traced function's output structure. `boxed`: the artifact takes one list (Inductor's
+    own calling convention, `direct_call`).
 
     >>> r = runner(lambda a, c: [a + c], ["a"], [torch.ones(1)], ["v0"], {"y": Ref("v0")})
     >>> r(torch.ones(1))
@@ -188,9 +190,10 @@ def runner(artifact: Callable[..., Any], inputs: Sequence[str], consts: Sequence
         cnames.append(f"_c{i}")
     result = _spec_source(out_spec, ns)
     got = "".join(f"{o}, " for o in outs)
+    args = ", ".join([*inputs, *cnames])
+    call = f"_art([{args}])" if boxed else f"_art({args})"
     lines = [f"def run({', '.join(inputs)}):",
-             f"    {got or '_'} = _art({', '.join([*inputs, *cnames])})" if outs else
-             f"    _art({', '.join([*inputs, *cnames])})",
+             f"    {got} = {call}" if outs else f"    {call}",
              f"    return {result}"]
     src = "\n".join(lines)
     exec(compile(src, "<guardsolve inductor run>", "exec"), ns)
@@ -360,6 +363,64 @@ def _exact_layout(t: Trace, values: Sequence[Any]) -> list[StaticGuard]:
     return out
 
 
+def plain_graph(gm: Any) -> bool:
+    """True when the re-traced graph mutates nothing and no output is an input or a view of one:
+    then AOTAutograd's runtime wrapper around Inductor's call has nothing to fix up."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+            if any(a.alias_info is not None and a.alias_info.is_write for a in n.target._schema.arguments):
+                return False
+    results = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+
+    def aliases_input(n: Any) -> bool:
+        while isinstance(n, torch.fx.Node):
+            if n.op == "placeholder":
+                return True
+            if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+                return False
+            rets = n.target._schema.returns
+            if not rets or rets[0].alias_info is None or not n.args:
+                return False
+            n = n.args[0]
+        return False
+
+    return not any(aliases_input(r) for r in (results if isinstance(results, (tuple, list)) else [results]))
+
+
+def direct_call(artifact: Any, outputs: int) -> Callable[[list[Any]], Any] | None:
+    """Inductor's own `call(args)` inside a `standalone_compile` artifact (its generated module's
+    entry point, without AOTAutograd's runtime wrapper), when exactly one is found and it returns
+    `outputs` values; else None. Only for a `plain_graph`."""
+    from torch._inductor.output_code import CompiledFxGraph
+
+    found: list[Any] = []
+    seen: set[int] = set()
+    stack = [artifact]
+    while stack and len(seen) < 10_000:
+        f = stack.pop()
+        if id(f) in seen or isinstance(f, type):
+            continue
+        seen.add(id(f))
+        if isinstance(f, CompiledFxGraph):
+            found.append(f)
+            continue
+        for c in getattr(f, "__closure__", None) or ():
+            try:
+                stack.append(c.cell_contents)
+            except ValueError:
+                continue
+        for a in ("_compiled_fn", "compiled_fn", "inner_fn", "fw_func"):
+            v = getattr(f, a, None)
+            if v is not None and callable(v):
+                stack.append(v)
+    if len(found) != 1:
+        return None
+    g = found[0]
+    if g.mutated_inputs or getattr(g, "inputs_to_check", None) or len(g.output_strides or ()) != outputs:
+        return None
+    return g.current_callable
+
+
 def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static: Sequence[StaticGuard],
                     params: Sequence[str], timeout_ms: int = 5000, save: bool = False) -> Variant:
     """Compile `t` with Inductor at the example `values` (the trace's inputs) and build the
@@ -402,8 +463,9 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
             continue
         compile_s = time.perf_counter() - start
         data = _artifact_bytes(artifact) if save else None
+        plain = plain_graph(gm)
         return _variant(t, trace_gs, values, static, params, timeout_ms, se, fakes, dims, artifact, inputs,
-                        consts, outs, compile_s, data)
+                        consts, outs, compile_s, data, plain)
     raise CompileFailure(failures[-1])
 
 
@@ -418,7 +480,7 @@ def _tensor_outputs(gm: Any) -> None:
 def _variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static: Sequence[StaticGuard],
              params: Sequence[str], timeout_ms: int, se: ShapeEnv, fakes: Sequence[Any], dims: Mapping[str, str],
              artifact: Any, inputs: Sequence[str], consts: Sequence[torch.Tensor], outs: Sequence[str],
-             compile_s: float, data: bytes | None) -> Variant:
+             compile_s: float, data: bytes | None, plain: bool) -> Variant:
     graph = _trace_part(trace_gs)
     exact = False
     try:
@@ -428,8 +490,9 @@ def _variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static: Sequen
         backend, layout, exact = _exact(t, values, graph), _exact_layout(t, values), True
     gs = simplify(graph, explore=False, timeout_ms=timeout_ms, jobs=1).with_static([*static, *layout], params)
     cert = gs.verify(timeout_ms=max(timeout_ms, 10000))
-    run = runner(artifact, inputs, consts, outs, t.out_spec)
-    return Variant(gs, run, tuple(backend), compile_s, cert, data, exact)
+    call = direct_call(artifact, len(outs)) if plain else None
+    run = runner(call or artifact, inputs, consts, outs, t.out_spec, boxed=call is not None)
+    return Variant(gs, run, tuple(backend), compile_s, cert, data, exact, plain=plain)
 
 
 def _artifact_bytes(artifact: Any) -> bytes:

@@ -237,7 +237,7 @@ class Store:
                    "traced": entry.traced, "guards": variant.guards, "backend": variant.backend,
                    "compile_s": variant.compile_s, "certificate": variant.certificate,
                    "exact_example": variant.exact_example, "inputs": inputs, "consts": consts, "outs": outs,
-                   "out_spec": t.out_spec, "artifact": variant.artifact, "saved": time.time()}
+                   "out_spec": t.out_spec, "artifact": variant.artifact, "plain": variant.plain, "saved": time.time()}
         try:
             data = dumps(payload)
         except (pickle.PicklingError, TypeError, AttributeError) as e:
@@ -248,7 +248,7 @@ class Store:
     def load(self, namespace: Mapping[str, Any]) -> list[Any]:
         """The entries of this fingerprint, each with the variants that load; the rest in `skipped`."""
         from guardsolve.jit.cache import Entry
-        from guardsolve.jit.inductor import Variant, load_artifact, runner
+        from guardsolve.jit.inductor import Variant, direct_call, load_artifact, runner
 
         if not os.path.isdir(self.folder):
             return []
@@ -271,12 +271,13 @@ class Store:
                 gs = _rebind(p["guards"], namespace)
                 consts = [tensors[q].detach() for q in p["consts"]]
                 art = load_artifact(p["artifact"])
-                run = runner(art, p["inputs"], consts, p["outs"], p["out_spec"])
+                call = direct_call(art, len(p["outs"])) if p.get("plain") else None
+                run = runner(call or art, p["inputs"], consts, p["outs"], p["out_spec"], boxed=call is not None)
             except Exception as e:  # NOTE: any failure ignores this file, with its reason; none is used
                 self.skipped.append(f"{name}: {type(e).__name__}: {e}")
                 continue
             v = Variant(gs, run, tuple(p["backend"]), p["compile_s"], p["certificate"], None, p["exact_example"],
-                        loaded=True)
+                        loaded=True, plain=bool(p.get("plain")))
             self.load_seconds.append(time.perf_counter() - start)
             e = entries.get(p["entry"])
             if e is None:

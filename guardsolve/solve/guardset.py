@@ -403,7 +403,8 @@ class GuardSet:
 
     def explain(self, verbose: bool = False) -> str:
         """Each constraint with the original bailouts it stands for and their source lines; the
-        dropped bailouts grouped by line with a count (each one with `verbose`)."""
+        dropped bailouts grouped by line with a count, and the other routes tried as one line
+        (`verbose`: each bailout, and each route merged or rejected)."""
         out: list[str] = []
         if self.static:
             out.append("checked first (static: not sizes):")
@@ -418,7 +419,7 @@ class GuardSet:
             if nodes:
                 out.append(f"{title} {len(nodes)}")
                 out += self._by_line(nodes, verbose)
-        out += self._explain_paths()
+        out += self._explain_paths(verbose)
         if self.value_guards:
             out.append("not checkable from shapes alone (checked while the trace runs):")
             out += [f"    {self._data_decision(i)}  at {self._origin(i)}" for i in self.value_guards]
@@ -427,14 +428,19 @@ class GuardSet:
             out += [f"    {u}" for u in self.undecided]
         return "\n".join(out)
 
-    def _explain_paths(self) -> list[str]:
-        """The routes merged (each: where it was found, the example's bailouts it answers
-        otherwise, with the op and line that asked) and the sizes probed that record
-        another trace."""
+    def _explain_paths(self, verbose: bool) -> list[str]:
+        """How many other routes were tried; with `verbose`, the routes merged (each: where it
+        was found, the example's bailouts it answers otherwise, with the op and line that
+        asked) and the sizes probed that record another trace."""
         ex = self.exploration
         if ex is None:
             return []
-        out: list[str] = []
+        if not verbose:
+            if ex.skipped and not (self.paths or self.probes):
+                return [f"other routes not explored: {ex.skipped}"]
+            more = " (explain(verbose=True) lists them)" if self.paths or self.probes else ""
+            return [f"other routes: {ex.summary()}{more}"]
+        out: list[str] = [f"other routes: {ex.summary()}"]
         if self.paths:
             out.append("accepted by other routes that record the same trace (probed at these sizes):")
         for p in self.paths:
@@ -446,8 +452,6 @@ class GuardSet:
         if self.probes:
             out.append("another trace at these sizes (rejected):")
             out += [f"    {p.describe()}: {p.because()}" for p in self.probes]
-        if ex.skipped:
-            out.append(f"other routes not explored: {ex.skipped}")
         return out
 
     def _answered_otherwise(self, point: Mapping[str, int]) -> list[int]:

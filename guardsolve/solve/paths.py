@@ -85,7 +85,9 @@ class Probe:
         """Why it is rejected, as the rest of "a fresh trace at these sizes ..."."""
         if self.like is None:
             return self.why
-        return f"{self.why} (known without tracing again: it makes the decisions the trace at {self.like} made)"
+        # NOTE: not `why`: its message quotes the sizes of the point at `like`, not this one's
+        return (f"makes the decisions the trace at {self.like} made before it was rejected (known without "
+                f"tracing again)")
 
     def describe(self) -> str:
         return ", ".join(f"{d}={self.point[d]}" for d in self.changed)
@@ -104,6 +106,21 @@ class Exploration:
     stopped: int = 0
     seconds: float = 0.0
     skipped: str | None = None  # why nothing was explored
+
+    def summary(self) -> str:
+        """One line: how many points were tried, merged and rejected, and how each was decided.
+
+        >>> Exploration(paths=[], probes=[], traces=1, replayed=2, seconds=0.004).summary()
+        'tried 0 points (sizes 0 and 1) in 4.0 ms: 0 merged, 0 rejected'
+        """
+        tried = len(self.paths) + len(self.probes)
+        ran = self.traces + self.replayed
+        how = [f"{self.replayed} replayed call by call", f"{self.traces} traced again"] if tried else []
+        if tried > ran:
+            how.append(f"{tried - ran} known without a run")
+        return (f"tried {tried} point{'' if tried == 1 else 's'} (sizes 0 and 1) in {self.seconds * 1000:.1f} ms: "
+                f"{len(self.paths)} merged, {len(self.probes)} rejected" + (f"; {', '.join(how)}" if how else "")
+                + (f"; {self.skipped}" if self.skipped else ""))
 
 
 def _classes(base: Any) -> list[tuple[str, ...]]:
