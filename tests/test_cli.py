@@ -26,7 +26,65 @@ def test_report_on_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert "trace: 3 nodes; 4 bailouts -> 1 minimal guard" in out
     assert "minimal (irredundant): proved; equivalence and minimality verified by z3" in out
     assert "\n(a0 == 1) or (a0 == b0) or (b0 == 1)\n" in out and "notebook.py:47  return a + b" in out
-    assert "same trace at a0=1: a0 != 1 answered otherwise" in out
+    assert "\nother routes: tried 5 points (sizes 0 and 1) in " in out and ": 3 merged, 2 rejected; " in out
+    assert "same trace at" not in out and "rejected at" not in out
+    assert main(["report", str(ROOT / "examples/notebook.py") + ":add", "--shape", "a=4", "--shape", "b=4",
+                 "--verbose"]) == 0
+    assert "same trace at a0=1: a0 != 1 answered otherwise" in capsys.readouterr().out
+
+
+RESMLP = """\
+import torch
+from torch import nn
+
+
+class ResMLP(nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.fc1 = nn.Linear(d, d)
+        self.fc2 = nn.Linear(d, d)
+
+    def forward(self, x):
+        h = self.fc1(x).relu()
+        return torch.nn.functional.layer_norm(x + self.fc2(h), (32,))
+"""
+
+
+def test_other_routes_one_line_and_verbose_lines_agree(tmp_path: pathlib.Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 37 (7): the other routes are one summary line; `--verbose` lists them, as many as it
+    counts, each line with its own point's sizes."""
+    script = tmp_path / "resmlp.py"
+    script.write_text(RESMLP)
+    argv = ["report", f"{script}:ResMLP", "--shape", "x=4,10,32"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    routes = [ln for ln in out.splitlines() if ln.startswith("other routes:")]
+    assert len(routes) == 1 and "(--verbose lists them)" in routes[0]
+    assert "rejected at" not in out and "same trace at" not in out
+    tried, merged, rejected = map(int, re.search(r"tried (\d+) points .*: (\d+) merged, (\d+) rejected", routes[0]).groups())
+    assert tried == merged + rejected and merged and rejected
+    assert main(argv + ["--verbose"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    same = [ln for ln in lines if ln.startswith("    same trace at ")]
+    rej = [ln for ln in lines if ln.startswith("    rejected at ")]
+    assert (len(same), len(rej)) == (merged, rejected)
+    for ln in rej:  # each message's numbers are its own point's
+        at = dict(re.findall(r"(x\d)=(\d+)", ln.split(":")[0]))
+        x = {d: int(at.get(d, v)) for d, v in (("x0", 4), ("x1", 10), ("x2", 32))}
+        m = re.search(r"\((\d+)x(\d+) and 32x32\)", ln)
+        if m:
+            assert (int(m[1]), int(m[2])) == (x["x0"] * x["x1"], x["x2"]), ln
+    # the library says the same
+    from guardsolve.cli.targets import load_callable
+
+    gs = guardsolve.simplify(guardsolve.trace(load_callable(f"{script}:ResMLP"), torch.randn(4, 10, 32)))
+    short = gs.explain()
+    assert sum(ln.startswith("other routes:") for ln in short.splitlines()) == 1 and "rejected):" not in short
+    assert f": {merged} merged, {rejected} rejected" in short
+    long = gs.explain(verbose=True).splitlines()
+    start = long.index("another trace at these sizes (rejected):")
+    assert sum(ln.startswith("    ") for ln in long[start + 1:]) >= rejected
 
 
 def test_report_on_saved_trace(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -83,8 +83,8 @@ def test_the_path_alone_rejects_what_the_merged_guards_accept() -> None:
     assert [c.text for c in guardsolve.simplify(t, explore=False)] == ["input1 == 8", "input0 >= 2"]
     merged = guardsolve.simplify(t)
     assert merged.check(torch.randn(1, 8)) and merged.check(torch.randn(0, 8)) and str(merged) == "input1 == 8"
-    assert "input0=1 (replayed call by call): takes another route where" in merged.explain()
-    assert "aten.layer_norm.default's shape rule" in merged.explain()
+    assert "input0=1 (replayed call by call): takes another route where" in merged.explain(verbose=True)
+    assert "aten.layer_norm.default's shape rule" in merged.explain(verbose=True)
 
 
 def test_the_seed_ir_keeps_its_own_semantics() -> None:
@@ -245,7 +245,7 @@ def test_fast_sweep_has_no_unsound_merge() -> None:
 
 def test_report_lists_the_routes_merged_and_can_keep_the_path_alone() -> None:
     cmd = [sys.executable, "-m", "guardsolve", "report", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4"]
-    text = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    text = subprocess.run(cmd + ["--verbose"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert text.returncode == 0, text.stderr
     assert "(a0 == 1) or (a0 == b0) or (b0 == 1)" in text.stdout and "same trace at a0=1" in text.stdout
     off = subprocess.run(cmd + ["--no-explore"], capture_output=True, text=True, cwd=ROOT, timeout=300)
