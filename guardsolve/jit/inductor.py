@@ -387,10 +387,8 @@ def plain_graph(gm: Any) -> bool:
     return not any(aliases_input(r) for r in (results if isinstance(results, (tuple, list)) else [results]))
 
 
-def direct_call(artifact: Any, outputs: int) -> Callable[[list[Any]], Any] | None:
-    """Inductor's own `call(args)` inside a `standalone_compile` artifact (its generated module's
-    entry point, without AOTAutograd's runtime wrapper), when exactly one is found and it returns
-    `outputs` values; else None. Only for a `plain_graph`."""
+def compiled_graphs(artifact: Any) -> list[Any]:
+    """The `CompiledFxGraph`s (Inductor's generated modules) inside a `standalone_compile` artifact."""
     from torch._inductor.output_code import CompiledFxGraph
 
     found: list[Any] = []
@@ -413,12 +411,28 @@ def direct_call(artifact: Any, outputs: int) -> Callable[[list[Any]], Any] | Non
             v = getattr(f, a, None)
             if v is not None and callable(v):
                 stack.append(v)
+    return found
+
+
+def direct_call(artifact: Any, outputs: int) -> Callable[[list[Any]], Any] | None:
+    """Inductor's own `call(args)` inside a `standalone_compile` artifact (its generated module's
+    entry point, without AOTAutograd's runtime wrapper), when exactly one is found and it returns
+    `outputs` values; else None. Only for a `plain_graph`."""
+    found = compiled_graphs(artifact)
     if len(found) != 1:
         return None
     g = found[0]
     if g.mutated_inputs or getattr(g, "inputs_to_check", None) or len(g.output_strides or ()) != outputs:
         return None
     return g.current_callable
+
+
+def aborts_on_bad_index(artifact: Any) -> bool:
+    """True when a generated kernel checks an index read from data inside an OpenMP parallel
+    region: there the failed check (eager's IndexError) is a C++ exception that cannot leave the
+    region, and the process aborts. Compiled with one kernel thread, it raises instead."""
+    return any("index out of bounds" in (g.source_code or "") and "#pragma omp" in (g.source_code or "")
+               for g in compiled_graphs(artifact))
 
 
 def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static: Sequence[StaticGuard],
@@ -454,10 +468,11 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
                 # NOTE: standalone_compile("from_graph") reads `example_value`; without it, it falls
                 # back to a fresh ShapeEnv and compiles static (which segfaults at size 0)
                 n.meta["example_value"] = n.meta["val"]
-        scope = _oblivious() if oblivious else contextlib.nullcontext()
         try:
-            with scope:
-                artifact = torch._inductor.standalone_compile(gm, [*fakes, *const_fakes], dynamic_shapes="from_graph")
+            artifact = _standalone(gm, [*fakes, *const_fakes], oblivious, None)
+            if aborts_on_bad_index(artifact):
+                # NOTE: an index out of range (eager's IndexError) would abort the process
+                artifact = _standalone(gm, [*fakes, *const_fakes], oblivious, 1)
         except Exception as e:
             failures.append(f"Inductor could not compile the trace: {type(e).__name__}: {_first_line(e)}")
             continue
@@ -467,6 +482,15 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
         return _variant(t, trace_gs, values, static, params, timeout_ms, se, fakes, dims, artifact, inputs,
                         consts, outs, compile_s, data, plain)
     raise CompileFailure(failures[-1])
+
+
+def _standalone(gm: Any, inputs: list[Any], oblivious: bool, threads: int | None) -> Any:
+    from torch._inductor import config
+
+    scope = _oblivious() if oblivious else contextlib.nullcontext()
+    options = contextlib.nullcontext() if threads is None else config.patch({"cpp.threads": threads})
+    with scope, options:
+        return torch._inductor.standalone_compile(gm, inputs, dynamic_shapes="from_graph")
 
 
 def _tensor_outputs(gm: Any) -> None:

@@ -77,7 +77,8 @@ def fingerprint(fn: Callable[..., Any]) -> str:
     if isinstance(fn, torch.nn.Module):
         for name, m in fn.named_modules():
             cls = type(m)
-            h.update(f"{name}:{cls.__module__}.{cls.__qualname__}".encode())
+            # NOTE: not the module's name: a class run as __main__ and imported is the same code
+            h.update(f"{name}:{cls.__qualname__}".encode())
             src = _source_of(cls)
             if src is not None:
                 h.update(src.encode())
@@ -86,7 +87,7 @@ def fingerprint(fn: Callable[..., Any]) -> str:
         for name, t in [*fn.named_parameters(), *fn.named_buffers()]:
             h.update(f"{name}:{tuple(t.shape)}:{t.dtype}:{t.requires_grad}".encode())
     else:
-        h.update(f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__name__)}".encode())
+        h.update(f"{getattr(fn, '__qualname__', type(fn).__name__)}".encode())
         code = getattr(fn, "__code__", None)
         if code is not None:
             _code_digest(code, h)
