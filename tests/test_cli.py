@@ -605,8 +605,45 @@ def test_report_via_torch_compile_text(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     assert "Dynamo checks 3 shape guards (3 over input sizes, 0 on strides and other values) -> 2 minimal" in out
     assert "  x0 >= 11\n      Dynamo: 11 <= L['x'].size()[0]  <- " in out and "if x.shape[0] > 10:" in out
-    assert "implied by the above (dropped):\n      12 <= L['y'].size()[0]" in out
+    assert "implied by the above (dropped):\n      y0 >= 12  <- " in out
     assert "equivalence and minimality verified by z3" in out
+
+
+CHUNK = """\
+import torch
+
+
+def chunk(x):
+    n = x.shape[-1]
+    x = torch.nn.functional.pad(x, (0, (-n) % 4))
+    return x.view(x.shape[0], -1, 4)
+"""
+
+
+def test_report_via_torch_compile_reads_as_guardsolve_does(tmp_path: pathlib.Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 37 (4): the grad mode once, in the header; no empty section; the dropped Dynamo
+    guards over the dims, as the kept ones print (a count per line, each one with --verbose)."""
+    script = tmp_path / "chunk.py"
+    script.write_text(CHUNK)
+    argv = ["report", f"{script}:chunk", "--shape", "x=4,10", "--via", "torch.compile"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"target: {script}:chunk at x=[4, 10] (torch.compile, under torch.no_grad())\n")
+    assert "is_grad_enabled" not in out
+    lines = out.splitlines()
+    for k, ln in enumerate(lines):  # every heading has lines under it
+        if ln.rstrip().endswith(":"):
+            indent = len(ln) - len(ln.lstrip())
+            assert k + 1 < len(lines) and len(lines[k + 1]) - len(lines[k + 1].lstrip()) > indent, ln
+    dropped = lines[lines.index("  implied by the above (dropped):") + 1:]
+    dropped = dropped[:next(i for i, ln in enumerate(dropped) if not ln.startswith("      "))]
+    assert dropped and all("L['x']" not in ln for ln in dropped)
+    assert any(re.search(r"chunk.py:7  return x.view\(x.shape\[0\], -1, 4\)  \(\d+ guards, e.g. x1 >= 1\)", ln)
+               for ln in dropped), dropped
+    assert main(argv + ["--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert "      x1 >= 1  <- " in out and "L['x'].size()[1] + " not in out
 
 
 def test_report_via_torch_compile_json_and_python(capsys: pytest.CaptureFixture[str]) -> None:

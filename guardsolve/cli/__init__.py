@@ -78,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", help="write the report here (for dot: .svg/.png/.pdf render with Graphviz)")
     r.add_argument("--verify", action="store_true", help="prove equivalence and irredundancy with z3")
     r.add_argument("-v", "--verbose", action="store_true",
-                   help="list each other route tried (merged, or rejected with why), not only their counts")
+                   help="list each other route tried (merged, or rejected with why), not only their counts; with "
+                        "--via torch.compile, each of Dynamo's dropped guards, not a count per source line")
     r.add_argument("--dynamic", action="append", default=[], metavar="DIM",
                    help="a dim that should stay free: report the guards that constrain it, with fixes. A dim is "
                         "named by its input and index: x0 is x.shape[0], x2 is x.shape[2] (x1_0 when the name ends "

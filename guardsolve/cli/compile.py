@@ -46,7 +46,7 @@ def compile_report(args: argparse.Namespace) -> str:
         return report.json()
     if args.format == "python":
         return python_module(report)
-    return str(report) + ("\nequivalence and minimality verified by z3" if args.verify else "")
+    return report.text(args.verbose) + ("\nequivalence and minimality verified by z3" if args.verify else "")
 
 
 def python_module(report: Any) -> str:

@@ -274,7 +274,8 @@ class Frame:
                 out.append({"bailout": self.guards._describe(i), "dynamo": dg.code if dg else None, **s.as_dict()})
         return out
 
-    def lines(self) -> list[str]:
+    def lines(self, verbose: bool = False) -> list[str]:
+        """The frame as the report prints it (`verbose`: each dropped guard, not a count per source)."""
         gs = self.guards
         sizes = sum(g.kind in ("shape", "static size") for g in self.dynamo_guards)
         out = [f"frame {self.compile_id} {self.name} ({self.file}:{self.line}): Dynamo checks "
@@ -298,21 +299,48 @@ class Frame:
                 if text not in seen:
                     seen.add(text)
                     out.append(text)
-        dropped = sorted(gs.implied | set(gs.tautologies))
-        if dropped:
-            out.append("  implied by the above (dropped):")
-            for i in dropped:
-                k = gs.graph.nodes[i].meta.get("dynamo")
-                if k is not None:
-                    dg = self.dynamo_guards[k]
-                    out.append(f"      {dg.code}  <- {'; '.join(map(str, dg.sources))}")
-        if gs.static:
-            out.append(f"  static (not sizes): {len(gs.static)}; Dynamo's other guards (types, ids, state): "
+        for title, nodes in (("implied by the above (dropped):", sorted(gs.implied - set(gs.tautologies))),
+                             ("always true (dropped):", sorted(gs.tautologies))):
+            out += self._dropped(title, nodes, verbose)
+        # NOTE: the grad mode is one fact of the whole call: the report's header says it, once
+        static = [g for g in gs.static if not g.text.startswith(GRAD_MODE)]
+        if static or self.other_guards:
+            out.append(f"  static (not sizes): {len(static)}; Dynamo's other guards (types, ids, state): "
                        f"{len(self.other_guards)}")
-            out += [f"      {g.text}" for g in gs.static]
+            out += [f"      {g.text}" for g in static]
         for s in self.specializations:
             out += ["  " + line for line in str(s).splitlines()]
         return out
+
+
+    def _dropped(self, title: str, nodes: Sequence[int], verbose: bool) -> list[str]:
+        """Dynamo's guards the minimal ones imply, over the dims as kept guards print (`x1 >= 1`):
+        grouped by source with a count and the shortest reading (`verbose`: each reading once);
+        no heading when there are none."""
+        gs = self.guards
+        by_source: dict[str, list[str]] = {}
+        for i in nodes:
+            k = gs.graph.nodes[i].meta.get("dynamo")
+            if k is not None:
+                readings = by_source.setdefault("; ".join(map(str, self.dynamo_guards[k].sources)), [])
+                if gs._reading(i) not in readings:
+                    readings.append(gs._reading(i))
+        lines = [f"      {r}  <- {src}" if verbose or len(rs) == 1 else
+                 f"      {src}  ({len(rs)} guards, e.g. {min(rs, key=len)})"
+                 for src, rs in by_source.items() for r in (rs if verbose else rs[:1])]
+        return [f"  {title}", *lines] if lines else []
+
+
+GRAD_MODE = "torch.is_grad_enabled() is "
+
+
+def grad_mode(grad: bool | None) -> str:
+    """The grad mode a report's guards hold under, as its header says it.
+
+    >>> grad_mode(False), grad_mode(True)
+    ('under torch.no_grad()', 'grad mode on')
+    """
+    return "grad mode on" if grad else "under torch.no_grad()"
 
 
 def _forward_names(module: torch.nn.Module) -> list[str]:
@@ -683,6 +711,7 @@ class CompileReport:
     compile_seconds: float
     explain_seconds: float
     error: str | None = None  # Dynamo's own error on the first try (a violated mark_dynamic, say)
+    grad: bool = True  # grad mode was on for the call (Dynamo guards it: the header says it once)
 
     @property
     def guards(self) -> GuardSet:
@@ -710,14 +739,18 @@ class CompileReport:
                 "minimal_guards": sum(len(f.guards) for f in self.frames)}
 
     def __str__(self) -> str:
+        return self.text()
+
+    def text(self, verbose: bool = False) -> str:
+        """The report (`verbose`: each of Dynamo's dropped guards, not a count per source line)."""
         n = self.counts()
-        lines = [f"target: {self.target} (torch.compile)",
+        lines = [f"target: {self.target} (torch.compile, {grad_mode(self.grad)})",
                  f"frames: {n['frames']}; Dynamo's shape guards: {n['dynamo_guards']} -> {n['minimal_guards']} minimal; "
                  f"compiled in {self.compile_seconds:.2f} s, explained in {self.explain_seconds:.2f} s"]
         if self.error:
             lines.append(f"Dynamo refused the first compile: {self.error.splitlines()[0]}")
         for f in self.frames:
-            lines += ["", *f.lines()]
+            lines += ["", *f.lines(verbose)]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -744,7 +777,7 @@ class CompileReport:
         outer = self.frames[0].as_dict()
         return {"version": JSON_VERSION, "target": self.target, "via": "torch.compile", "counts": self.counts(),
                 "compile_seconds": round(self.compile_seconds, 6), "explain_seconds": round(self.explain_seconds, 6),
-                "error": self.error, "guards": outer["guards"], "dynamo_guards": outer["dynamo_guards"],
+                "error": self.error, "grad_enabled": self.grad, "guards": outer["guards"], "dynamo_guards": outer["dynamo_guards"],
                 "static": outer["static"], "minimal": outer["minimal"], "frames": [f.as_dict() for f in self.frames]}
 
     def json(self) -> str:
@@ -853,7 +886,8 @@ def explain_compile(fn: Callable[..., Any], *args: Any, dynamic: bool | None = N
             "another torch.compile (call torch._dynamo.reset() first), or it has no tensor work to compile")
     if any(_unattributed(g) for g in frames[0].dynamo_guards):
         attribute_from_trace(frames[0], fn, args)
-    return CompileReport(_name(fn), frames, compiled, result, compile_seconds, time.perf_counter() - t1, error)
+    return CompileReport(_name(fn), frames, compiled, result, compile_seconds, time.perf_counter() - t1, error,
+                         torch.is_grad_enabled())
 
 
 def _unattributed(g: DynamoGuard) -> bool:
