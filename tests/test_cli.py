@@ -609,6 +609,23 @@ def test_report_via_torch_compile_text(capsys: pytest.CaptureFixture[str]) -> No
     assert "equivalence and minimality verified by z3" in out
 
 
+def test_report_via_torch_compile_shape_error_is_eagers(tmp_path: pathlib.Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 37 (1): a program eager rejects gets eager's message and the user's line under
+    --via torch.compile too, as without it (not Dynamo's fake-tensor wrapper)."""
+    script = tmp_path / "norm.py"
+    script.write_text("import torch\n\n\ndef f(x):\n    h = torch.relu(x)\n"
+                      "    return torch.nn.functional.layer_norm(h, (32,))\n")
+    argv = ["report", f"{script}:f", "--shape", "x=4,10,16"]
+    assert main(argv) == 2
+    plain = capsys.readouterr().err
+    assert main(argv + ["--via", "torch.compile"]) == 2
+    via = capsys.readouterr().err
+    assert via == plain and via.count("\n") == 1
+    assert "expected input with shape [*, 32], but got input of size[4, 10, 16]" in via
+    assert via.rstrip().endswith("norm.py:6  return torch.nn.functional.layer_norm(h, (32,))")
+
+
 CHUNK = """\
 import torch
 

@@ -28,6 +28,7 @@ import json
 import logging
 import re
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -871,8 +872,18 @@ def explain_compile(fn: Callable[..., Any], *args: Any, dynamic: bool | None = N
     except GuardsolveError:
         raise
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise CompileExplainError(f"torch.compile failed on {_name(fn)}: {type(e).__name__}: {first}") from e
+        failed = e
+    else:
+        failed = None
+    if failed is not None:
+        # NOTE: outside the handler: eager's error must not take Dynamo's as its context
+        eager = _eager_failure(fn, args)
+        if eager is not None:
+            raise eager from failed  # NOTE: the program fails in eager too: eager's words and the user's line
+        cause = _root_cause(failed)
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        raise CompileExplainError(f"torch.compile failed on {_name(fn)} where eager runs: "
+                                  f"{type(cause).__name__}: {first}") from failed
     compile_seconds = time.perf_counter() - t0
     t1 = time.perf_counter()
     frames = []
@@ -888,6 +899,30 @@ def explain_compile(fn: Callable[..., Any], *args: Any, dynamic: bool | None = N
         attribute_from_trace(frames[0], fn, args)
     return CompileReport(_name(fn), frames, compiled, result, compile_seconds, time.perf_counter() - t1, error,
                          torch.is_grad_enabled())
+
+
+def _eager_failure(fn: Callable[..., Any], args: Sequence[Any]) -> Exception | None:
+    """Eager's own error for `fn(*args)` as a trace's (`errors.EagerError`: eager's type and
+    message, the user's innermost line appended), or None when eager runs."""
+    from guardsolve.errors import eager_error
+    from guardsolve.guards.symbolic import _is_library_file
+
+    try:
+        fn(*args)
+    except Exception as e:
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if not _is_library_file(f.filename)]
+        where = f" — {short_path(frames[-1].filename)}:{frames[-1].lineno}  {frames[-1].line}" if frames else ""
+        return eager_error(e.with_traceback(None), where)
+    return None
+
+
+def _root_cause(e: BaseException) -> BaseException:
+    """The innermost cause (Dynamo wraps a fake-tensor error in `TorchRuntimeError`)."""
+    seen = {id(e)}
+    while e.__cause__ is not None and id(e.__cause__) not in seen:
+        e = e.__cause__
+        seen.add(id(e))
+    return e
 
 
 def _unattributed(g: DynamoGuard) -> bool:
