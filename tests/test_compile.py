@@ -219,6 +219,24 @@ def test_guards_agree_with_dynamo_on_real_models(name: str) -> None:
     _judge(report, checked)
 
 
+def test_lstm_without_allow_rnn_is_a_report_without_guards_that_says_why() -> None:
+    """Issue 37 (3): Dynamo's default (allow_rnn=False) runs an nn.LSTM eagerly: no frame, so no
+    guard; the report says why and names the setting, and says it again on a second call."""
+    lstm = torch.nn.LSTM(8, 16, batch_first=True)
+    x = torch.randn(2, 5, 8)
+    with torch._dynamo.config.patch(allow_rnn=False):
+        for _ in range(2):
+            report = explain_compile(lstm, x)
+            assert report.ran_eagerly and report.frames == [] and len(report.guards) == 0
+            assert report.setting == "torch._dynamo.config.allow_rnn = True"
+            text = str(report)
+            assert "no guards: Dynamo compiled no frame of LSTM: it runs every call eagerly" in text
+            assert "Attempted to wrap RNN, GRU, or LSTM" in text and "allow_rnn = True" in text
+            assert report.guards.check(torch.randn(3, 1, 8)) and report.guards.check(torch.randn(0, 7, 8))
+            assert torch.equal(report.result[0], lstm(x)[0])
+            assert json.loads(report.json())["ran_eagerly"]["setting"] == report.setting
+
+
 def test_branches_are_fewer_than_dynamos_and_named_by_line() -> None:
     with torch.no_grad():
         r = explain_compile(branches, torch.randn(12), torch.randn(13), dynamic=True)

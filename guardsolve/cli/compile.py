@@ -53,6 +53,8 @@ def python_module(report: Any) -> str:
     """Each frame's minimal size guards as a standalone `check_dims_<frame>` (plain Python)."""
     lines = [f"# Dynamo's guards of {report.target}, minimal (guardsolve)",
              "# check_dims_<frame>(dims...) is True exactly when Dynamo's size guards of that frame hold", ""]
+    if report.ran_eagerly:
+        lines.append(f"# no frame: Dynamo runs every call eagerly ({report.eager}); to compile it: {report.setting}")
     for k, f in enumerate(report.frames):
         gs = f.guards
         lines.append(f"# frame {f.compile_id} {f.name} ({f.file}:{f.line}): {len(f.dynamo_guards)} Dynamo shape "

@@ -713,16 +713,27 @@ class CompileReport:
     explain_seconds: float
     error: str | None = None  # Dynamo's own error on the first try (a violated mark_dynamic, say)
     grad: bool = True  # grad mode was on for the call (Dynamo guards it: the header says it once)
+    eager: str | None = None  # Dynamo compiled no frame and ran the call eagerly: why, in its words
+    setting: str | None = None  # the Dynamo setting its hint names to compile it (`torch._dynamo.config.allow_rnn = True`)
+    unguarded: GuardSet | None = None  # where it ran eagerly: no size guard over the call's inputs
+
+    @property
+    def ran_eagerly(self) -> bool:
+        """Dynamo compiled no frame: every input runs eagerly, so no guard rejects any."""
+        return not self.frames
 
     @property
     def guards(self) -> GuardSet:
-        """The outermost frame's minimal guards."""
-        return self.frames[0].guards
+        """The outermost frame's minimal guards (none where Dynamo ran the call eagerly)."""
+        if self.frames:
+            return self.frames[0].guards
+        assert self.unguarded is not None, "a report without frames holds the call's unguarded set"
+        return self.unguarded
 
     @property
     def dynamo_guards(self) -> list[DynamoGuard]:
         """The outermost frame's size guards, as Dynamo checks them."""
-        return self.frames[0].dynamo_guards
+        return self.frames[0].dynamo_guards if self.frames else []
 
     @property
     def specializations(self) -> list[Specialization]:
@@ -750,6 +761,12 @@ class CompileReport:
                  f"compiled in {self.compile_seconds:.2f} s, explained in {self.explain_seconds:.2f} s"]
         if self.error:
             lines.append(f"Dynamo refused the first compile: {self.error.splitlines()[0]}")
+        if self.ran_eagerly:
+            lines += ["", f"no guards: Dynamo compiled no frame of {self.target.split(' at ')[0]}: it runs every call "
+                          f"eagerly, so no input recompiles",
+                      f"  why: {self.eager or 'Dynamo gave no reason'}"]
+            if self.setting:
+                lines.append(f"  to compile it: {self.setting}")
         for f in self.frames:
             lines += ["", *f.lines(verbose)]
         return "\n".join(lines)
@@ -775,8 +792,10 @@ class CompileReport:
         return "".join(parts) + "</div>"
 
     def as_dict(self) -> dict[str, Any]:
-        outer = self.frames[0].as_dict()
+        outer = self.frames[0].as_dict() if self.frames else {"guards": [], "dynamo_guards": [], "static": [],
+                                                              "minimal": True}
         return {"version": JSON_VERSION, "target": self.target, "via": "torch.compile", "counts": self.counts(),
+                "ran_eagerly": {"why": self.eager, "setting": self.setting} if self.ran_eagerly else None,
                 "compile_seconds": round(self.compile_seconds, 6), "explain_seconds": round(self.explain_seconds, 6),
                 "error": self.error, "grad_enabled": self.grad, "guards": outer["guards"], "dynamo_guards": outer["dynamo_guards"],
                 "static": outer["static"], "minimal": outer["minimal"], "frames": [f.as_dict() for f in self.frames]}
@@ -851,6 +870,7 @@ def explain_compile(fn: Callable[..., Any], *args: Any, dynamic: bool | None = N
 
     marked = _marks(args)
     error: str | None = None
+    breaks = _graph_breaks()
     cap = dyn.Capture()
     compiled = torch.compile(fn, backend=cap.backend(backend), dynamic=dynamic, isolate_recompiles=True,
                              **compile_kwargs)
@@ -891,6 +911,19 @@ def explain_compile(fn: Callable[..., Any], *args: Any, dynamic: bool | None = N
         if error is not None:
             c.error = error
         frames.append(explain_frame(c, dynamic, marked, timeout_ms, args, _signature_names(fn, len(args))))
+    eager = [why for why, n in _graph_breaks().items() if n > breaks.get(why, 0)]
+    if not frames and eager:
+        # NOTE: Dynamo skipped every frame (an nn.LSTM while allow_rnn is False): it runs the call
+        # eagerly, so no input is rejected; a report without guards says why, and the setting
+        why = eager[0]
+        setting = re.search(r"torch\._dynamo\.config\.\w+\s*=\s*\w+", why)
+        first = why.strip().splitlines()[0]
+        explained = next((ln.strip().removeprefix("Explanation:").strip().rstrip(".") for ln in why.splitlines()
+                          if ln.strip().startswith("Explanation:")), "")
+        return CompileReport(_name(fn), [], compiled, result, compile_seconds, time.perf_counter() - t1, error,
+                             torch.is_grad_enabled(), f"{first}" + (f" ({explained})" if explained else ""),
+                             setting[0].replace("=", " = ").replace("  ", " ") if setting else None,
+                             _unguarded(fn, args))
     if not frames:
         raise CompileExplainError(
             f"Dynamo compiled no frame of {_name(fn)} on this call: its code already has compiled entries from "
@@ -899,6 +932,26 @@ def explain_compile(fn: Callable[..., Any], *args: Any, dynamic: bool | None = N
         attribute_from_trace(frames[0], fn, args)
     return CompileReport(_name(fn), frames, compiled, result, compile_seconds, time.perf_counter() - t1, error,
                          torch.is_grad_enabled())
+
+
+def _graph_breaks() -> dict[str, int]:
+    """The graph breaks Dynamo has counted in this process, each in its own words, with its
+    count (its `counters`: read, never reset)."""
+    from torch._dynamo.utils import counters
+
+    return {**counters["unimplemented"], **counters["graph_break"]}
+
+
+def _unguarded(fn: Any, args: Sequence[Any]) -> GuardSet:
+    """No size guard over the call's inputs (named as `explain_frame` names them)."""
+    names = _signature_names(fn, len(args))
+    kinds = [(n, "tensor", a.dim()) if isinstance(a, torch.Tensor) else (n, "int", 0) for n, a in zip(names, args)
+             if isinstance(a, torch.Tensor) or isinstance(a, int) and not isinstance(a, bool)]
+    graph = Graph(meta={"signature": dim_names(kinds)})
+    for p in graph.meta["signature"]:
+        for d in p.dims:
+            graph.emit(Op.INT_ARG if p.kind == "int" else Op.INT_PLACEHOLDER, (), out=d, name=d)
+    return simplify(graph, explore=False)
 
 
 def _eager_failure(fn: Callable[..., Any], args: Sequence[Any]) -> Exception | None:
