@@ -875,6 +875,7 @@ def explain_compile(fn: Callable[..., Any], *args: Any, dynamic: bool | None = N
     compiled = torch.compile(fn, backend=cap.backend(backend), dynamic=dynamic, isolate_recompiles=True,
                              **compile_kwargs)
     t0 = time.perf_counter()
+    failed: Exception | None = None
     try:
         with _quiet_dynamo():
             result = compiled(*args)
@@ -893,8 +894,6 @@ def explain_compile(fn: Callable[..., Any], *args: Any, dynamic: bool | None = N
         raise
     except Exception as e:
         failed = e
-    else:
-        failed = None
     if failed is not None:
         # NOTE: outside the handler: eager's error must not take Dynamo's as its context
         eager = _eager_failure(fn, args)
