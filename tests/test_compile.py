@@ -325,7 +325,13 @@ class Head(torch.nn.Module):
         return self.fc2(self.fc1(x).relu())
 
 
-def test_recompiles_are_counted_explained_and_avoided() -> None:
+def test_recompiles_are_counted_explained_and_avoided(capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import guardsolve.pytorch.recompiles as R
+
+    replays = []
+    replay = R.replay
+    monkeypatch.setattr(R, "replay", lambda *a, **k: replays.append(1) or replay(*a, **k))
     model = Head().eval()
     before = _entries(Head.forward.__code__)
     compiled = torch.compile(model, backend="eager")
@@ -338,9 +344,14 @@ def test_recompiles_are_counted_explained_and_avoided() -> None:
     first, second = log.recompiles
     assert first.failed == "x0 == 2" and first.sources[0].assumption == "static by default"
     assert second.failed == "x0 >= 2" and second.sources[0].assumption == "0/1 specialization"
+    capsys.readouterr()
+    text = str(log)  # NOTE: issue 37 (11): the suggestion is checked here, once, and says so
+    checked = len(replays)
+    assert capsys.readouterr().err.startswith("guardsolve: checking the suggestion by compiling again... ")
+    assert checked and log.suggestion_seconds is not None
     s = log.suggestion
     assert s is not None and s.recompiles_before == 2 and s.recompiles_after < 2
-    text = str(log)
+    assert str(log) == text and len(replays) == checked and capsys.readouterr().err == ""
     assert "3 compiles, 2 recompiles" in text and "suggestion: torch._dynamo.mark" in text
     # guardsolve's trace of batch 2 is the same trace at every batch size (MLP): it serves them
     assert len(log.trace_accepts) == 2

@@ -10,7 +10,8 @@ a code object and each recompile, with the inputs it got. A recompile names the 
 failed in its minimal form (the old entry's guards read and reduced as `explain_compile` does),
 the input's values, and that guard's source lines or Dynamo's named assumption. `log.suggestion`
 is the `mark_dynamic` (or `dynamic=True`) change that would have avoided them, checked by
-compiling again and replaying the same calls under `torch.compiler.set_stance("fail_on_recompile")`.
+compiling again and replaying the same calls under `torch.compiler.set_stance("fail_on_recompile")`:
+once, when first asked for (`str(log)` asks), saying so on stderr.
 `log.trace_accepts` says which recompiled inputs guardsolve's own trace-exact guards accept.
 
 It hooks Dynamo's `convert_frame._compile` (a PyTorch internal, torch 2.13) for the block only.
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
+import time
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -95,6 +98,8 @@ class RecompileLog:
 
     calls: list[Call] = field(default_factory=list)
     recompiles: list[Recompile] = field(default_factory=list)
+    announce: bool = True  # say on stderr when the suggestion is checked (it compiles again: seconds)
+    suggestion_seconds: float | None = None  # how long checking the suggestion took (None: not yet)
     _suggestion: Any = field(default=None, repr=False)
     _trace: Any = field(default=None, repr=False)
 
@@ -114,9 +119,20 @@ class RecompileLog:
 
     @property
     def suggestion(self) -> Suggestion | None:
-        """The mark_dynamic / dynamic=True change that avoids the recompiles, checked by a replay."""
+        """The mark_dynamic / dynamic=True change that avoids the recompiles, checked by a replay.
+
+        The check compiles again (each option, replaying the recorded calls): it runs once, on
+        first use, and says so on stderr (`announce`), with how long it took."""
         if self._suggestion is None and self.recompiles:
-            self._suggestion = suggest(self) or False
+            if self.announce:
+                print("guardsolve: checking the suggestion by compiling again...", end="", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            try:
+                self._suggestion = suggest(self) or False
+            finally:
+                self.suggestion_seconds = time.perf_counter() - t0
+                if self.announce:
+                    print(f" {self.suggestion_seconds:.1f} s", file=sys.stderr, flush=True)
         return self._suggestion or None
 
     @property
