@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 
 import pytest
@@ -235,6 +236,53 @@ def test_lstm_without_allow_rnn_is_a_report_without_guards_that_says_why() -> No
             assert report.guards.check(torch.randn(3, 1, 8)) and report.guards.check(torch.randn(0, 7, 8))
             assert torch.equal(report.result[0], lstm(x)[0])
             assert json.loads(report.json())["ran_eagerly"]["setting"] == report.setting
+
+
+def _deprecation_style(forward):  # type: ignore[no-untyped-def]
+    """A decorator as transformers' deprecation wrapper is: `wrapped_func(*args, **kwargs)`."""
+    import functools
+
+    @functools.wraps(forward)
+    def wrapped_func(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return forward(*args, **kwargs)
+
+    return wrapped_func
+
+
+class Wrapped(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+
+    @_deprecation_style
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.emb(input_ids).sum(-1)
+
+
+def test_a_module_called_positionally_through_a_wrapper_names_dims_after_forward() -> None:
+    """Issue 37 (2): `wrapped_func(*args)` gets the module as `args[0]`: the dims are named after
+    forward's parameters (input_ids0, not args_1_0), the frame as the user called it."""
+    with torch.no_grad():
+        report = explain_compile(Wrapped(), torch.randint(0, 10, (2, 5)), dynamic=True)
+    frame = report.frames[0]
+    assert frame.params == ("input_ids",) and set(frame.names.values()) == {"input_ids0", "input_ids1"}
+    assert re.match(r"Wrapped\.forward \(\S*test_compile\.py:\d+\), through its wrapper wrapped_func \(", frame.title)
+    assert "args_" not in str(report)
+    with torch.no_grad():
+        assert report.guards.check(torch.randint(0, 10, (3, 7))) and not report.guards.check(torch.randint(0, 10, (1, 7)))
+
+
+def test_llama_called_positionally_names_dims_after_forward() -> None:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    with torch.no_grad():
+        report = explain_compile(transformers.LlamaModel(cfg).eval(), torch.randint(0, 100, (2, 9)), dynamic=True)
+    text = str(report)
+    assert "dims: input_ids0 = L['args'][1].size()[0], input_ids1 = L['args'][1].size()[1]" in text
+    assert re.search(r"\nframe \d+/0 LlamaModel\.forward \(transformers/models/llama/modeling_llama\.py:\d+\), ", text)
+    assert "through its wrapper wrapped_func (transformers/utils/deprecation.py:" in text and "args_1" not in text
 
 
 def test_branches_are_fewer_than_dynamos_and_named_by_line() -> None:

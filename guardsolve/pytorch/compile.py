@@ -239,6 +239,14 @@ class Frame:
     code: Any = field(default=None, repr=False)  # the frame's code object
     inputs: dict[str, str] = field(default_factory=dict)  # each of `params` -> its source in the frame
     f_locals: dict[str, Any] = field(default_factory=dict, repr=False)  # the locals it was compiled for
+    # NOTE: the outermost frame as the user called it, where Dynamo compiled a wrapper around it
+    # (`LlamaModel.forward (modeling_llama.py:350), through its wrapper wrapped_func (...)`)
+    label: str | None = None
+
+    @property
+    def title(self) -> str:
+        """The frame as the report names it: `name (file:line)`, or as the user called it."""
+        return self.label or f"{self.name} ({self.file}:{self.line})"
 
     def arguments(self, f_locals: Mapping[str, Any]) -> list[Any]:
         """The values `guards.check` takes, read from the frame's locals (`L['args'][0]`, ...)."""
@@ -252,7 +260,8 @@ class Frame:
     def as_dict(self) -> dict[str, Any]:
         gs = self.guards
         return {
-            "frame": self.name, "compile_id": self.compile_id, "file": self.file, "line": self.line,
+            "frame": self.name, "called_as": self.label, "compile_id": self.compile_id, "file": self.file,
+            "line": self.line,
             "params": list(self.params), "dims": self.names,
             "counts": {"dynamo": len(self.dynamo_guards), "minimal": len(gs)},
             "dynamo_guards": [g.as_dict() for g in self.dynamo_guards],
@@ -279,7 +288,7 @@ class Frame:
         """The frame as the report prints it (`verbose`: each dropped guard, not a count per source)."""
         gs = self.guards
         sizes = sum(g.kind in ("shape", "static size") for g in self.dynamo_guards)
-        out = [f"frame {self.compile_id} {self.name} ({self.file}:{self.line}): Dynamo checks "
+        out = [f"frame {self.compile_id} {self.title}: Dynamo checks "
                f"{len(self.dynamo_guards)} shape guards ({sizes} over input sizes, "
                f"{len(self.dynamo_guards) - sizes} on strides and other values) -> "
                f"{len(gs)} minimal size guard{'s' if len(gs) != 1 else ''}"
@@ -373,10 +382,18 @@ def _inputs(code: Any, f_locals: Mapping[str, Any], outer: Sequence[Any] = (),
         out += [(str(k), f"L['{stars}'][{k!r}]", v) for k, v in f_locals[stars].items()
                 if isinstance(k, str) and k.isidentifier()]
     owner = f_locals.get("self") if names and names[0] == "self" else f_locals.get("fn")
+    if not names and star is not None and out and isinstance(out[0][2], torch.nn.Module):
+        # NOTE: a decorator `wrapper(*args, **kwargs)` around a module's forward (transformers'
+        # deprecation wrapper): `args[0]` is the module itself, not an input
+        owner, out = out[0][2], out[1:]
+        if not outer:
+            outer = f_locals[star][1:]
     if not outer and star is not None and isinstance(owner, torch.nn.Module) and isinstance(f_locals.get(star), tuple):
         # NOTE: a wrapper around a module's forward (torch.compile's `inner(*args)`, a library's
         # decorator `wrapper(self, *args, **kwargs)`): its *args are the forward's arguments
-        outer, outer_names = f_locals[star], _forward_names(owner)
+        outer = f_locals[star]
+    if isinstance(owner, torch.nn.Module) and star is not None and not outer_names:
+        outer_names = _forward_names(owner)
     if outer and len(out) >= len(outer) and all(v is a for (_, _, v), a in zip(out, outer)):
         # NOTE: parameters the call left at their defaults are not inputs: Dynamo's guards on them
         # are checked against the defaults (bound values), as a call with the same arguments has them
@@ -927,10 +944,23 @@ def explain_compile(fn: Callable[..., Any], *args: Any, dynamic: bool | None = N
         raise CompileExplainError(
             f"Dynamo compiled no frame of {_name(fn)} on this call: its code already has compiled entries from "
             "another torch.compile (call torch._dynamo.reset() first), or it has no tensor work to compile")
+    frames[0].label = _called_as(fn, frames[0])
     if any(_unattributed(g) for g in frames[0].dynamo_guards):
         attribute_from_trace(frames[0], fn, args)
     return CompileReport(_name(fn), frames, compiled, result, compile_seconds, time.perf_counter() - t1, error,
                          torch.is_grad_enabled())
+
+
+def _called_as(fn: Any, frame: Frame) -> str | None:
+    """The outermost frame as the user called it, where Dynamo compiled a wrapper's code (a
+    decorator around `forward`) instead of the function's own; None where it is the same."""
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    code = getattr(inspect.unwrap(target), "__code__", None)
+    if code is None or code is frame.code:
+        return None
+    name = f"{type(fn).__name__}.forward" if isinstance(fn, torch.nn.Module) else _name(fn)
+    return (f"{name} ({short_path(code.co_filename)}:{code.co_firstlineno}), through its wrapper "
+            f"{frame.name} ({frame.file}:{frame.line})")
 
 
 def _graph_breaks() -> dict[str, int]:
