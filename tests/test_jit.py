@@ -50,6 +50,8 @@ def test_inductor_end_to_end_one_compile_every_batch_size_then_kept_across_insta
         text = v.explain()
         assert "torch/nn/modules/linear.py" in text and "assumed by the backend" in text
         assert "input.stride()[1] == 1" in text  # the layout Inductor assumed is checked first
+        whole = fast.entries[0].explain()
+        assert whole.startswith("the trace's guards:") and "variant 0 (compiled in" in whole
         # NOTE: never called where its check fails: a wrong feature size misses and eager raises
         bad = torch.randn(3, 5)
         assert same_outcome(outcome(model, (bad,)), outcome(fast, (bad,))) is None

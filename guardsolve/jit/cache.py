@@ -45,6 +45,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import textwrap
 import threading
 import time
 import warnings
@@ -104,6 +105,20 @@ class Entry:
     @property
     def hits(self) -> int:
         return self._hits.value
+
+    def explain(self) -> str:
+        """The trace's guards with their lines, then each compiled variant's check: the trace's
+        part and what Inductor assumed, named (the replay backend has no variants)."""
+        out = []
+        if self.trace is not None:
+            out += ["the trace's guards:", textwrap.indent(self.guards.explain(), "    ")]
+        for i, v in enumerate(self.variants):
+            how = "loaded from cache_dir" if v.loaded else f"compiled in {v.compile_s:.2f} s"
+            out += [f"variant {i} ({how}, {v.hits} hits): its check, proven equivalent to the trace's guards "
+                    "and the backend's:", textwrap.indent(v.explain(), "    ")]
+        if self.uncompiled is not None:
+            out.append(f"Inductor cannot compile this trace (its calls run eagerly): {self.uncompiled}")
+        return "\n".join(out)
 
 
 @dataclass(frozen=True)

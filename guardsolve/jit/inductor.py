@@ -221,7 +221,7 @@ def _fakes(mode: FakeTensorMode, se: ShapeEnv, t: Trace, values: Sequence[Any]) 
     for p, v in zip(t.signature, values):
         src = LocalSource(p.name)
         if p.kind == "int":
-            sym = se.create_symbol(int(v), src, dynamic_dim=DimDynamic.DYNAMIC)
+            sym = se.create_symbol(int(v), src, dynamic_dim=DimDynamic.DYNAMIC, positive=None)  # NOTE: ints may be negative
             fakes.append(se.create_symintnode(sym, hint=int(v), source=src))
             dims[f"L[{p.name!r}]"] = p.dims[0]
             continue
