@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
+import re
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -85,6 +88,54 @@ def test_example_programs_against_eager_and_exact(name: str, factory: str, shape
         assert path.check(*new) == route, [tuple(x.shape) for x in new]  # the example's path: exact
         assert not gs.check(*new) or same, [tuple(x.shape) for x in new]  # merged routes: sound
         assert gs.check(*new) or not path.check(*new), [tuple(x.shape) for x in new]  # and wider
+
+
+NOTEBOOK = pathlib.Path(__file__).parent.parent / "examples/tracing_guards.ipynb"
+
+
+def _cell_outputs(nb: dict) -> list[str]:  # type: ignore[type-arg]
+    """Each code cell's text outputs, with what changes from run to run (times, the kernel's
+    cell file names, object addresses) normalized."""
+    out = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        text = "".join("".join(o.get("text") or o.get("data", {}).get("text/plain", "")) for o in cell["outputs"])
+        text = re.sub(r"\d+(?:\.\d+)? (?:ms|s)\b", "<time>", text)
+        text = re.sub(r"/\S*ipykernel_\d+/\d+\.py", "<cell>", text)
+        out.append(re.sub(r" at 0x[0-9a-f]+", " at 0x...", text))
+    return out
+
+
+def test_notebook_is_committed_with_current_outputs() -> None:
+    """A code host shows the notebook's outputs (issue 37, 9): every code cell ran, and the
+    guards it shows are what guardsolve computes now."""
+    import torch
+
+    import guardsolve
+
+    nb = json.loads(NOTEBOOK.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code and all(c["outputs"] and c["execution_count"] for c in code)
+    text = "\n".join(_cell_outputs(nb))
+    t = guardsolve.trace(lambda a, b: a + b, torch.randn(4), torch.randn(4))
+    assert "\n".join(guardsolve.print_guards(t.guard_graph())) in text
+    assert f"{guardsolve.simplify(t, explore=False)}\n" in text and str(guardsolve.simplify(t)) in text
+
+
+@pytest.mark.slow
+def test_notebook_reexecuted_shows_the_committed_guards() -> None:
+    """`jupyter nbconvert --execute` (the [notebook] extra) runs it; each cell's outputs, times and
+    the kernel's file names aside, are the committed ones (refresh them with `--inplace`)."""
+    pytest.importorskip("nbconvert")
+    root = pathlib.Path(__file__).parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
+                               str(NOTEBOOK), "--output-dir", tmp], cwd=root, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        fresh = json.loads((pathlib.Path(tmp) / NOTEBOOK.name).read_text())
+    assert _cell_outputs(fresh) == _cell_outputs(json.loads(NOTEBOOK.read_text()))
 
 
 @pytest.mark.slow
