@@ -294,3 +294,33 @@ def test_routes_past_the_clause_budget_read_as_one_of_the_routes() -> None:
     # batch 1 of one operand is served, a size that broadcasts nowhere is not
     assert gs.check(torch.randn(1, 4), torch.randn(3, 4), torch.randn(3, 1))
     assert not gs.check(torch.randn(2, 4), torch.randn(3, 4), torch.randn(3, 4))
+
+
+def datadep(x: torch.Tensor) -> torch.Tensor:
+    if x.sum() > 0:
+        return x * 2
+    return x - 1
+
+
+@pytest.mark.parametrize("fill", ["randn0", "randn1", "randn2", "ones", "arange"])
+def test_value_guards_size_guards_do_not_depend_on_the_data(fill: str) -> None:
+    """Issue 37 (5): with value guards, the sizes tried take the example's answer to a decision
+    on data, so the size guards are the same whatever data is drawn; where the data drawn at a
+    size flips the decision, explain() says so and names the value bailout."""
+    if fill.startswith("randn"):
+        torch.manual_seed(int(fill[-1]))
+        x = torch.randn(4).abs() + 0.1  # NOTE: the example takes the `x * 2` branch; its [:1] may not
+        x[0] = -0.05 if fill == "randn1" else x[0]
+    else:
+        x = torch.ones(4) if fill == "ones" else torch.arange(4.0)
+    gs = guardsolve.simplify(guardsolve.trace(datadep, x, value_guards=True))
+    assert str(gs) == "" and len(gs.value_guards) == 1
+    (i,) = gs.value_guards
+    flipped = gs.value_flips(i)
+    text = gs.explain()
+    line = datadep.__code__.co_firstlineno + 1
+    assert f"test_paths.py:{line}  if x.sum() > 0:" in text
+    if fill in ("randn1", "arange"):  # NOTE: the data at x0=1 ([-0.05], [0.]) answers `x.sum() > 0` otherwise
+        assert flipped == ["x0=1"] and "the data drawn at x0=1 answers it otherwise" in text
+    else:
+        assert flipped == [] and "answers it otherwise" not in text

@@ -89,6 +89,7 @@ def json_report(gs: GuardSet, info: ReportInfo) -> str:
             "seconds": round(ex.seconds, 6),
             "skipped": ex.skipped,
             "merged": [{"at": dict(p.point), "changed": list(p.changed), "guards": [c.text for c in p.guards],
+                        "value_flips": [f"{loc.short_file}:{loc.line}" for loc in p.value_flips],
                         "answers_otherwise": _sources(gs, gs._answered_otherwise(p.point), info.graph_file)}
                        for p in gs.paths],
             "rejected": [{"at": dict(p.point), "changed": list(p.changed), "why": p.why, "traced": p.like is None,
@@ -149,6 +150,7 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
     lines += path_lines(gs, info.verbose)
     for i in gs.value_guards:
         lines.append(f"not checkable from shapes alone: {gs._data_decision(i)}  at {gs._origin(i)}")
+        lines += gs._data_lines(i)
     for u in gs.undecided:
         lines.append(f"note: {u}")
     if gs.static:

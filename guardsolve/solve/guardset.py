@@ -422,7 +422,8 @@ class GuardSet:
         out += self._explain_paths(verbose)
         if self.value_guards:
             out.append("not checkable from shapes alone (checked while the trace runs):")
-            out += [f"    {self._data_decision(i)}  at {self._origin(i)}" for i in self.value_guards]
+            for i in self.value_guards:
+                out += [f"    {self._data_decision(i)}  at {self._origin(i)}", *self._data_lines(i)]
         if self.undecided:
             out.append("not proved minimal (solver undecided):")
             out += [f"    {u}" for u in self.undecided]
@@ -486,7 +487,25 @@ class GuardSet:
         table[Op.BOOL_BAILOUT] = bailout
         table[Op.BOOL_OPAQUE] = lambda *, name: True
         interpret(self.graph, RuleTable("answers", table, enter), validate=False)
-        return found
+        data = set(self.value_guards)  # NOTE: not decided by sizes: `value_flips` says where the data flips them
+        return [i for i in found if i not in data]
+
+    def value_flips(self, i: int) -> list[str]:
+        """The points tried whose data drawn answers value bailout `i` otherwise (`x0=1`): there
+        the probe took the example's answer, so the size guards do not depend on the data."""
+        loc = self.graph.nodes[i].meta.get("loc")
+        if loc is None:
+            return []
+        return [p.describe() for p in self.paths
+                if any((f.file, f.line) == (loc.file, loc.line) for f in p.value_flips)]
+
+    def _data_lines(self, i: int) -> list[str]:
+        """A value bailout where the data drawn at other sizes flips it, said in one line."""
+        flips = self.value_flips(i)
+        if not flips:
+            return []
+        return [f"    the data drawn at {'; '.join(flips)} answers it otherwise: those sizes were tried with the "
+                f"example's answer, so the size guards do not depend on the data (a replay checks it on real data)"]
 
     def to_graph(self) -> Graph:
         """A guard graph with one bailout per constraint (its text form saves the guard set)."""

@@ -63,6 +63,9 @@ class Path:
     graph: Graph
     guards: Any  # GuardSet
     replayed: bool = False  # found by replaying the calls whose decisions change, not a new trace
+    # NOTE: decisions on tensor data (value bailouts, `SourceLoc`s) that the data drawn at `point`
+    # answers otherwise: the probe took the example's answer (sizes must not depend on the data)
+    value_flips: tuple[Any, ...] = ()
 
     def describe(self) -> str:
         return ", ".join(f"{d}={self.point[d]}" for d in self.changed)
@@ -330,7 +333,7 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
         why = difference(t, u)
         if why is not None:
             return ("other", f"records another trace: {why}", None)
-        return ("same", u.guard_graph())
+        return ("same", u.guard_graph(), tuple(u.graph.meta.get("value_flips", ())))
 
     rng = torch.random.get_rng_state()
     try:
@@ -463,7 +466,7 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
             if not gs.check_dims(point):  # NOTE: the route's own decisions do not hold there
                 out.probes.append(Probe(point, changed, "the replay's recorded decisions fail there"))
                 continue
-            out.paths.append(Path(point, changed, gg, gs, replayed))
+            out.paths.append(Path(point, changed, gg, gs, replayed, got[2] if len(got) > 2 else ()))
             accepts.append(gs.check_dims)
             queue.extend(_candidates(example, units, point))
     finally:
