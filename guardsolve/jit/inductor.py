@@ -468,11 +468,12 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
                 # NOTE: standalone_compile("from_graph") reads `example_value`; without it, it falls
                 # back to a fresh ShapeEnv and compiles static (which segfaults at size 0)
                 n.meta["example_value"] = n.meta["val"]
+        cpp = sum(n.op == "call_function" for n in gm.graph.nodes) >= CPP_WRAPPER_MIN_OPS
         try:
-            artifact = _standalone(gm, [*fakes, *const_fakes], oblivious, None)
+            artifact = _standalone(gm, [*fakes, *const_fakes], oblivious, None, cpp)
             if aborts_on_bad_index(artifact):
                 # NOTE: an index out of range (eager's IndexError) would abort the process
-                artifact = _standalone(gm, [*fakes, *const_fakes], oblivious, 1)
+                artifact = _standalone(gm, [*fakes, *const_fakes], oblivious, 1, cpp)
         except Exception as e:
             failures.append(f"Inductor could not compile the trace: {type(e).__name__}: {_first_line(e)}")
             continue
@@ -484,12 +485,21 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
     raise CompileFailure(failures[-1])
 
 
-def _standalone(gm: Any, inputs: list[Any], oblivious: bool, threads: int | None) -> Any:
+# NOTE: from this many ops on, the kernels are called from a C++ wrapper (`cpp_wrapper`):
+# Python's cost per kernel call (~1-2 us) dominates a small input's hit (GPT-2 tiny: 278 ->
+# 168 us), while the wrapper's C++ build costs seconds, which a graph of a few ops never
+# earns back (an MLP's hit is 16 us either way).
+CPP_WRAPPER_MIN_OPS = 40
+
+
+def _standalone(gm: Any, inputs: list[Any], oblivious: bool, threads: int | None, cpp: bool) -> Any:
     from torch._inductor import config
 
     scope = _oblivious() if oblivious else contextlib.nullcontext()
-    options = contextlib.nullcontext() if threads is None else config.patch({"cpp.threads": threads})
-    with scope, options:
+    patch: dict[str, Any] = {"cpp_wrapper": True} if cpp else {}
+    if threads is not None:
+        patch["cpp.threads"] = threads
+    with scope, config.patch(patch):
         return torch._inductor.standalone_compile(gm, inputs, dynamic_shapes="from_graph")
 
 

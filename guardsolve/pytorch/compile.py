@@ -571,6 +571,7 @@ def explain_frame(c: dyn.Compiled, dynamic: bool | None, marked: Mapping[int, Se
                                          tuple((sym, names[namer.source(sym)]) for sym in expr.free_symbols
                                                if namer.source(sym) in names)))
 
+    dynamo_guards = _first_uses(dynamo_guards)
     graph = Graph(meta={"signature": signature})
     values: dict[str, int] = {}
     for s in signature:
@@ -613,6 +614,31 @@ def explain_frame(c: dyn.Compiled, dynamic: bool | None, marked: Mapping[int, Se
                   f_locals=c.f_locals)
     frame.specializations = _specializations(c, frame, marked_sizes)
     return frame
+
+
+def _first_uses(guards: list[DynamoGuard]) -> list[DynamoGuard]:
+    """A 0/1 specialization's "first used at" as the first user line whose guards read that dim.
+
+    NOTE: Dynamo names the line where it made the dim's symbol: the first read of any size of
+    the tensor (`if x.shape[0] > 16:` for `x1`), not a line that uses this one.
+    """
+    used: dict[str, list[GuardSource]] = {}
+    for g in guards:
+        for s in g.sources:
+            if s.assumption is None and s.file is not None and s.line is not None:
+                for _, d in g.dims:
+                    used.setdefault(d, []).append(s)
+    out = []
+    for g in guards:
+        dims = {d for _, d in g.dims}
+        firsts = sorted((s for d in dims for s in used.get(d, ())), key=lambda s: (s.file != g.sources[0].file, s.line))
+        if firsts and any(s.assumption == "0/1 specialization" for s in g.sources):
+            f = firsts[0]
+            g = DynamoGuard(g.code, g.kind, tuple(
+                GuardSource(s.assumption, f.file, f.line, f.function, f.code, s.detail)
+                if s.assumption == "0/1 specialization" else s for s in g.sources), g.comment, g.expr, g.dims)
+        out.append(g)
+    return out
 
 
 def _dedup(static: list[StaticGuard]) -> list[StaticGuard]:
@@ -847,6 +873,43 @@ def _weakened(args: Sequence[Any]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _callers_in_slocs() -> Iterator[None]:
+    """While Dynamo compiles: a guard whose user location is a library line (an `nn.Module`'s
+    `forward` inlined) names the user's line that called into it too, first.
+
+    NOTE: Dynamo's `ShapeEnv._get_stack_summary` keeps the innermost frame of the inlined stack;
+    the rest is in `TracingContext.extract_stack()`. The user line is joined as a second location
+    the way Dynamo joins two (`... # f.py:19 in forward) and ... # activation.py:143 in forward`).
+    """
+    from torch._guards import SLoc, TracingContext
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch.utils._traceback import format_frame
+
+    from guardsolve.guards.symbolic import _is_library_file
+
+    original = ShapeEnv._get_stack_summary
+
+    def summary(self: Any, *args: Any, **kwargs: Any) -> Any:
+        sloc, extra = original(self, *args, **kwargs)
+        try:
+            stack = TracingContext.extract_stack()
+            inner = stack[-1] if stack else None
+            user = next((f for f in reversed(stack) if not _is_library_file(f.filename)), None)
+            if sloc.maybe_user_loc and inner is not None and user is not None and user is not inner \
+                    and _is_library_file(inner.filename) and format_frame(inner, line=True) == sloc.maybe_user_loc:
+                sloc = SLoc(sloc.framework_loc, f"{format_frame(user, line=True)}) and {sloc.maybe_user_loc}")
+        except Exception:  # NOTE: an attribution only: Dynamo's own location stays
+            pass
+        return sloc, extra
+
+    ShapeEnv._get_stack_summary = summary  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ShapeEnv._get_stack_summary = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
 def _quiet_dynamo() -> Iterator[None]:
     """Dynamo logs a failed compile at ERROR on top of raising it; we report it ourselves."""
     logger = logging.getLogger("torch._guards")
@@ -894,7 +957,7 @@ def explain_compile(fn: Callable[..., Any], *args: Any, dynamic: bool | None = N
     t0 = time.perf_counter()
     failed: Exception | None = None
     try:
-        with _quiet_dynamo():
+        with _quiet_dynamo(), _callers_in_slocs():
             result = compiled(*args)
     except ConstraintViolationError as e:
         error = str(e)
