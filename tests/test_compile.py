@@ -285,6 +285,41 @@ def test_llama_called_positionally_names_dims_after_forward() -> None:
     assert "through its wrapper wrapped_func (transformers/utils/deprecation.py:" in text and "args_1" not in text
 
 
+def branchy(x: torch.Tensor) -> torch.Tensor:
+    if x.shape[0] > 16:
+        return x.sum(0)
+    return x.reshape(x.shape[0], x.shape[1] // 2, 2)
+
+
+class Encoder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.act = torch.nn.Conv1d(1, 4, 5, stride=2), torch.nn.ReLU()
+
+    def forward(self, wave: torch.Tensor) -> torch.Tensor:
+        x = self.conv(wave.unsqueeze(1))
+        return self.act(x.transpose(1, 2))
+
+
+def test_sources_are_the_users_lines() -> None:
+    """Issue 37 (8): a dim's 0/1 specialization names a line that uses that dim (not the first
+    read of another size of the tensor); a library line comes with the user's line that called it."""
+    with torch.no_grad():
+        r = explain_compile(branchy, torch.randn(4, 10), dynamic=True)
+    first = branchy.__code__.co_firstlineno
+    (x1,) = [g for g in r.dynamo_guards if g.code == "2 <= L['x'].size()[1]"]
+    assert [(s.assumption, s.line) for s in x1.sources] == [("0/1 specialization", first + 3)]
+    with torch.no_grad():
+        r = explain_compile(Encoder(), torch.randn(2, 40), dynamic=True)
+    call = Encoder.forward.__code__.co_firstlineno + 2
+    for g in (g for g in r.dynamo_guards if g.kind in ("shape", "static size")):
+        files = [s.file for s in g.sources if s.assumption is None and s.file]
+        if any("torch" in f or f.startswith("nn/") for f in files):
+            assert g.sources[0].file.endswith("test_compile.py"), [str(s) for s in g.sources]
+    assert any(s.line == call and s.code == "return self.act(x.transpose(1, 2))" for g in r.dynamo_guards
+               for s in g.sources), [str(s) for g in r.dynamo_guards for s in g.sources]
+
+
 def test_branches_are_fewer_than_dynamos_and_named_by_line() -> None:
     with torch.no_grad():
         r = explain_compile(branches, torch.randn(12), torch.randn(13), dynamic=True)

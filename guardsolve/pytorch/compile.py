@@ -103,7 +103,9 @@ class GuardSource:
 
 
 _FILE = r"(?P<file><[^>]+>|[^\s:#]+):(?P<line>\d+) in (?P<fn>[\w<>.]+)"
-_LOC = re.compile(r"(?:^|\) and )(?P<code>.*?)\s+# " + _FILE)
+# NOTE: `) and ` joins two of Dynamo's locations; `; via ` a user line and the library line it
+# called (`_callers_in_slocs`)
+_LOC = re.compile(r"(?:^|\) and |; via )(?P<code>.*?)\s+# " + _FILE)
 _FRAMEWORK = re.compile("^" + _FILE)
 
 
@@ -138,9 +140,14 @@ def sources_of(comment: str, code: str, frame_code: Any = None) -> tuple[GuardSo
         m = re.search(r"the same size (\d+)", comment)
         return (GuardSource("duck sizing", detail=f"the example sizes were equal ({m[1]})" if m else None),)
     if "0/1 specialization" in comment:
-        first = lines[0] if lines else GuardSource()
+        # NOTE: one of the joined locations is where Dynamo made the symbol ("first use"); the
+        # others are decisions user lines made on it, sources of their own
+        pieces = re.split(r"(?<=\)) and ", comment)
+        made = next((p for p in pieces if "0/1 specialization" in p), comment)
+        first = next(iter(user_lines(made, frame_code)), GuardSource())
+        decided = [s for p in pieces if p is not made for s in user_lines(p, frame_code)]
         return (GuardSource("0/1 specialization", first.file, first.line, first.function, first.code,
-                            "a dynamic size is assumed >= 2"),)
+                            "a dynamic size is assumed >= 2"), *dict.fromkeys(decided))
     if "NaN specialization" in comment:
         return (GuardSource("NaN specialization", detail="a float Dynamo reads is assumed not to be NaN"),)
     if "exclusion guard for automatic dynamic" in comment:
@@ -620,19 +627,24 @@ def _first_uses(guards: list[DynamoGuard]) -> list[DynamoGuard]:
     """A 0/1 specialization's "first used at" as the first user line whose guards read that dim.
 
     NOTE: Dynamo names the line where it made the dim's symbol: the first read of any size of
-    the tensor (`if x.shape[0] > 16:` for `x1`), not a line that uses this one.
+    the tensor (`if x.shape[0] > 16:` for `x1`), not a line that uses this one; where every
+    guard of that line reads other dims, the first line whose guards read this one is named.
     """
     used: dict[str, list[GuardSource]] = {}
+    at: dict[tuple[str | None, int | None], set[str]] = {}  # a user line -> the dims its guards read
     for g in guards:
         for s in g.sources:
             if s.assumption is None and s.file is not None and s.line is not None:
+                at.setdefault((s.file, s.line), set()).update(d for _, d in g.dims)
                 for _, d in g.dims:
                     used.setdefault(d, []).append(s)
     out = []
     for g in guards:
         dims = {d for _, d in g.dims}
+        made = next((s for s in g.sources if s.assumption == "0/1 specialization"), None)
         firsts = sorted((s for d in dims for s in used.get(d, ())), key=lambda s: (s.file != g.sources[0].file, s.line))
-        if firsts and any(s.assumption == "0/1 specialization" for s in g.sources):
+        # NOTE: Dynamo's line stays unless every guard from it reads other dims only
+        if made is not None and firsts and at.get((made.file, made.line), dims).isdisjoint(dims):
             f = firsts[0]
             g = DynamoGuard(g.code, g.kind, tuple(
                 GuardSource(s.assumption, f.file, f.line, f.function, f.code, s.detail)
@@ -878,8 +890,8 @@ def _callers_in_slocs() -> Iterator[None]:
     `forward` inlined) names the user's line that called into it too, first.
 
     NOTE: Dynamo's `ShapeEnv._get_stack_summary` keeps the innermost frame of the inlined stack;
-    the rest is in `TracingContext.extract_stack()`. The user line is joined as a second location
-    the way Dynamo joins two (`... # f.py:19 in forward) and ... # activation.py:143 in forward`).
+    the rest is in `TracingContext.extract_stack()`. The user line comes first, the library line
+    after it (`x = self.act(x)  # f.py:19 in forward; via return F.relu(...)  # activation.py:143 in forward`).
     """
     from torch._guards import SLoc, TracingContext
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
@@ -897,7 +909,7 @@ def _callers_in_slocs() -> Iterator[None]:
             user = next((f for f in reversed(stack) if not _is_library_file(f.filename)), None)
             if sloc.maybe_user_loc and inner is not None and user is not None and user is not inner \
                     and _is_library_file(inner.filename) and format_frame(inner, line=True) == sloc.maybe_user_loc:
-                sloc = SLoc(sloc.framework_loc, f"{format_frame(user, line=True)}) and {sloc.maybe_user_loc}")
+                sloc = SLoc(sloc.framework_loc, f"{format_frame(user, line=True)}; via {sloc.maybe_user_loc}")
         except Exception:  # NOTE: an attribution only: Dynamo's own location stays
             pass
         return sloc, extra
