@@ -266,7 +266,7 @@ def trivial_artifact(path: str) -> None:
 
 def second_process(cache_dir: str, names: list[str]) -> dict[str, Any]:
     code = SECOND.format(root=ROOT, here=HERE, names=names)
-    warm = os.path.join(os.path.dirname(cache_dir), os.path.basename(cache_dir) + "-trivial.bin")
+    warm = os.path.join(cache_dir, "trivial-artifact.bin")  # NOTE: beside the fingerprints' folders, never read by a store
     trivial_artifact(warm)
     out = subprocess.run([sys.executable, "-c", code, cache_dir, warm], capture_output=True, text=True, timeout=1200)
     if out.returncode != 0:

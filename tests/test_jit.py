@@ -257,3 +257,14 @@ def test_second_process_serves_from_the_cache_dir(tmp_path: pathlib.Path) -> Non
     assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr[-2000:]
     assert runs[0].stdout.split() == ["1", "1", "0"]
     assert runs[1].stdout.split() == ["0", "0", "1"]
+
+
+@pytest.mark.slow
+def test_benchmark_quick_run() -> None:
+    """`benchmarks/jit.py --quick` runs (it checks the script, not timings) and leaves JIT.md alone."""
+    before = (ROOT / "benchmarks" / "JIT.md").read_bytes()
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "jit.py"), "--quick"], capture_output=True,
+                         text=True, timeout=1200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "| MLP 16-32-8 over batches | 1 vs" in out.stdout and "| branch on a size |" in out.stdout
+    assert (ROOT / "benchmarks" / "JIT.md").read_bytes() == before
