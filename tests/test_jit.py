@@ -176,10 +176,37 @@ def _sweep(fn, inputs: tuple, variants: list[tuple]) -> list[str]:  # type: igno
             why = same_outcome(outcome(fn, args), outcome(fast, args))
             if why:
                 wrong.append(f"{[tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]}: {why}")
-        for e in fast.entries:
+        # NOTE: each guard's boundary: the point where it alone fails (z3's witness of its
+        # irredundancy), and the points one step from it
+        for e in list(fast.entries):
             for v in e.variants:
                 assert v.certificate is not None and v.certificate.equivalent and v.certificate.irredundant
+                for point in v.certificate.witnesses.values():
+                    for d, step in [(None, 0)] + [(d, k) for d in point for k in (-1, 1)]:
+                        p = {**point, **({d: point[d] + step} if d is not None else {})}
+                        args = _at(v.guards.signature, inputs, p)
+                        if args is None:
+                            continue
+                        why = same_outcome(outcome(fn, args), outcome(fast, args))
+                        if why:
+                            wrong.append(f"boundary {p}: {why}")
     return wrong
+
+
+def _at(signature, inputs: tuple, point: dict) -> tuple | None:  # type: ignore[no-untyped-def]
+    """The example inputs resized to a point's dims (None where a size is negative or a tensor huge)."""
+    from guardsolve.solve.paths import _resized
+
+    out = []
+    for prm, x in zip(signature, inputs):
+        if prm.kind != "tensor":
+            out.append(point.get(prm.name, x))
+            continue
+        shape = [point.get(d, s) for d, s in zip(prm.dims, x.shape)]
+        if any(n < 0 for n in shape) or torch.Size(shape).numel() > 2_000_000:
+            return None
+        out.append(_resized(x, shape))
+    return tuple(out)
 
 
 MODEL_SHAPES = {

@@ -466,7 +466,8 @@ class GuardedFunction:
             if self._loaded:
                 return
             store = self._open_store()
-            loaded = store.load(self._namespace())
+            loaded = [Entry(None, e.variants[0].guards, _never, e.names, e.traced, _never,  # type: ignore[arg-type]
+                            variants=tuple(e.variants), key=e.key) for e in store.load(self._namespace())]
             self._log.extend(f"cache_dir: ignored {why}" for why in store.skipped)
             if loaded:
                 self._entries = self._entries + tuple(loaded)
@@ -596,6 +597,11 @@ class GuardedFunction:
 _MISS = object()
 _EAGER = object()  # NOTE: `_try`'s answer where the entry's trace fits but Inductor cannot serve it
 BACKENDS = ("replay", "inductor")
+
+
+def _never(*args: Any, **kwargs: Any) -> bool:
+    """A loaded entry has no trace: its trace guards never claim an input (a miss traces anew)."""
+    return False
 
 
 def _no_replay(*args: Any) -> Any:

@@ -24,6 +24,7 @@ False
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import io
@@ -178,17 +179,9 @@ def write_atomic(path: str, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with _suppress():
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> bool:
-        return exc[0] is not None and issubclass(exc[0], OSError)
 
 
 # -- the store ----------------------------------------------------------------------------------
@@ -246,9 +239,8 @@ class Store:
         write_atomic(os.path.join(self.folder, f"{key}-{vkey}.gse"), data)
         return None
 
-    def load(self, namespace: Mapping[str, Any]) -> list[Any]:
+    def load(self, namespace: Mapping[str, Any]) -> list["Loaded"]:
         """The entries of this fingerprint, each with the variants that load; the rest in `skipped`."""
-        from guardsolve.jit.cache import Entry
         from guardsolve.jit.inductor import Variant, direct_call, load_artifact, runner
 
         if not os.path.isdir(self.folder):
@@ -282,12 +274,16 @@ class Store:
             self.load_seconds.append(time.perf_counter() - start)
             e = entries.get(p["entry"])
             if e is None:
-                e = entries[p["entry"]] = Entry(None, gs, _never, tuple(p["names"]), p["traced"], _never,
-                                                key=p["entry"])  # type: ignore[arg-type]
-            e.variants = e.variants + (v,)
+                e = entries[p["entry"]] = Loaded(p["entry"], tuple(p["names"]), p["traced"])
+            e.variants.append(v)
         return list(entries.values())
 
 
-def _never(*args: Any, **kwargs: Any) -> bool:
-    """A loaded entry has no trace: its trace guards never claim an input (a miss traces anew)."""
-    return False
+@dataclass
+class Loaded:
+    """One saved entry as loaded: its key, the arguments it was traced with, its variants."""
+
+    key: str
+    names: tuple[str, ...]
+    traced: tuple[int, ...] | None
+    variants: list[Any] = field(default_factory=list)
