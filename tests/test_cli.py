@@ -62,7 +62,8 @@ def test_other_routes_one_line_and_verbose_lines_agree(tmp_path: pathlib.Path,
     routes = [ln for ln in out.splitlines() if ln.startswith("other routes:")]
     assert len(routes) == 1 and "(--verbose lists them)" in routes[0]
     assert "rejected at" not in out and "same trace at" not in out
-    tried, merged, rejected = map(int, re.search(r"tried (\d+) points .*: (\d+) merged, (\d+) rejected", routes[0]).groups())
+    counts = re.search(r"tried (\d+) points .*: (\d+) merged, (\d+) rejected", routes[0])
+    tried, merged, rejected = map(int, counts.groups())  # type: ignore[union-attr]
     assert tried == merged + rejected and merged and rejected
     assert main(argv + ["--verbose"]) == 0
     lines = capsys.readouterr().out.splitlines()

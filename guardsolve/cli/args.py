@@ -168,7 +168,8 @@ def check_dim(dim: str, dims: dict[str, str], flag: str) -> None:
     tensors = {v.partition(".shape")[0] for v in dims.values() if ".shape[" in v}
     stem = dim.rstrip("0123456789").removesuffix("_")
     if dim in tensors:
-        why, close = f"{dim} is a tensor; its dims are named by index", [d for d in dims if dims[d].startswith(f"{dim}.shape[")][:1]
+        why = f"{dim} is a tensor; its dims are named by index"
+        close = [d for d in dims if dims[d].startswith(f"{dim}.shape[")][:1]
     elif stem in tensors and stem != dim:
         rank = sum(1 for v in dims.values() if v.startswith(f"{stem}.shape["))
         why, close = f"{stem} has rank {rank}", [d for d in dims if dims[d] == f"{stem}.shape[{rank - 1}]"]

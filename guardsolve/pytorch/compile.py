@@ -769,7 +769,7 @@ class CompileReport:
     error: str | None = None  # Dynamo's own error on the first try (a violated mark_dynamic, say)
     grad: bool = True  # grad mode was on for the call (Dynamo guards it: the header says it once)
     eager: str | None = None  # Dynamo compiled no frame and ran the call eagerly: why, in its words
-    setting: str | None = None  # the Dynamo setting its hint names to compile it (`torch._dynamo.config.allow_rnn = True`)
+    setting: str | None = None  # the setting Dynamo's hint names (`torch._dynamo.config.allow_rnn = True`)
     unguarded: GuardSet | None = None  # where it ran eagerly: no size guard over the call's inputs
 
     @property
@@ -852,7 +852,8 @@ class CompileReport:
         return {"version": JSON_VERSION, "target": self.target, "via": "torch.compile", "counts": self.counts(),
                 "ran_eagerly": {"why": self.eager, "setting": self.setting} if self.ran_eagerly else None,
                 "compile_seconds": round(self.compile_seconds, 6), "explain_seconds": round(self.explain_seconds, 6),
-                "error": self.error, "grad_enabled": self.grad, "guards": outer["guards"], "dynamo_guards": outer["dynamo_guards"],
+                "error": self.error, "grad_enabled": self.grad, "guards": outer["guards"],
+                "dynamo_guards": outer["dynamo_guards"],
                 "static": outer["static"], "minimal": outer["minimal"], "frames": [f.as_dict() for f in self.frames]}
 
     def json(self) -> str:
