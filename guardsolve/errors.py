@@ -89,6 +89,7 @@ class UnsupportedOpError(TraceError):
         super().__init__(f"{op}: {reason}" + (f" — {where}" if where else ""))
         self.op = op
         self.reason = reason
+        self.where = where  # NOTE: the user's line, as printed (`SourceLoc`'s str), or ""
 
 
 class EagerError(TraceError):

@@ -105,7 +105,8 @@ def test_user_code_that_branches_on_the_size_still_rejects() -> None:
     assert [c.text for c in gs] == ["x0 >= 2"]
     why = gs.explain_failure(torch.randn(1, 8))
     assert why.startswith("x0 >= 2 failed (x0=1)") and "a fresh trace at these sizes records another trace" in why
-    assert "the program decides otherwise at tests/test_paths.py:" in why, why
+    assert "records another trace at tests/test_paths.py:" in why and "the program's own test of a size" in why, why
+    assert "(in the trace x0=5, here x0=1)" in why, why
 
 
 def test_a_size_where_eager_raises_is_not_merged() -> None:
@@ -254,7 +255,10 @@ def test_report_lists_the_routes_merged_and_can_keep_the_path_alone() -> None:
                                     timeout=300).stdout)
     assert sorted(map(str, (p["at"] for p in doc["paths"]["merged"]))) == sorted(
         map(str, [{"a0": 1, "b0": 4}, {"a0": 4, "b0": 1}, {"a0": 1, "b0": 1}]))
-    assert doc["paths"]["rejected"][0]["why"].startswith("stops where aten.add.Tensor's shape rule rejects these sizes")
+    assert doc["paths"]["rejected"][0]["why"].startswith(
+        "stops at examples/notebook.py:47  return a + b: aten.add.Tensor's shape rule rejects these sizes")
+    assert doc["paths"]["rejected"][0]["where"] == "examples/notebook.py:47"
+    assert doc["paths"]["rejected"][0]["op"] == "aten.add.Tensor"
 
 
 def test_dynamic_says_where_the_trace_serves_more_than_torch_export() -> None:

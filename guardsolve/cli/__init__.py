@@ -296,7 +296,7 @@ def _check(args: argparse.Namespace) -> int:
     print(f"guard failed: {failed.text} ({values}){where}")
     probe = next((p for p in gs.probes if dict(p.point) == dims), None)
     if probe is not None:
-        print(f"a fresh trace at these sizes {probe.because()}")
+        print(f"a fresh trace at these sizes {gs.rejection(probe)}")
     return 1
 
 

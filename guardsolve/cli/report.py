@@ -61,6 +61,13 @@ def _sources(gs: GuardSet, nodes: Sequence[int], graph_file: str | None) -> list
     return out
 
 
+def _where(loc: Any) -> str | None:
+    """`file:line` of a rejection's user line (a `SourceLoc`, or its printed form), or None."""
+    if loc is None:
+        return None
+    return f"{loc.short_file}:{loc.line}" if hasattr(loc, "short_file") else str(loc).split("  ", 1)[0]
+
+
 def json_report(gs: GuardSet, info: ReportInfo) -> str:
     """Machine-readable report (schema version 2)."""
     doc: dict[str, Any] = {
@@ -92,8 +99,9 @@ def json_report(gs: GuardSet, info: ReportInfo) -> str:
                         "value_flips": [f"{loc.short_file}:{loc.line}" for loc in p.value_flips],
                         "answers_otherwise": _sources(gs, gs._answered_otherwise(p.point), info.graph_file)}
                        for p in gs.paths],
-            "rejected": [{"at": dict(p.point), "changed": list(p.changed), "why": p.why, "traced": p.like is None,
-                          "decides_as": p.like} for p in gs.probes],
+            "rejected": [{"at": dict(p.point), "changed": list(p.changed), "why": str(p.why), "traced": p.like is None,
+                          "decides_as": p.like, "where": _where(getattr(p.why, "loc", None)),
+                          "op": getattr(p.why, "op", None), "reason": gs.rejection(p)} for p in gs.probes],
         }
     if info.dynamic:
         j = judgement(gs, info)
@@ -186,7 +194,7 @@ def path_lines(gs: GuardSet, verbose: bool = False) -> list[str]:
         lines.append(f"    same trace at {p.describe()}: {gs._reading(asked[0]) if asked else 'another route'}"
                      f" answered otherwise{where}")
     for p in gs.probes:
-        lines.append(f"    rejected at {p.describe()}: {p.because()}")
+        lines.append(f"    rejected at {p.describe()}: {gs.rejection(p)}")
     return lines
 
 

@@ -262,13 +262,15 @@ class Recorder:
         tensor, kind, index = node.origin
         if kind is not Op.VAR_SIZE:
             self.strides_read = True
+        # NOTE: the user's line of the read, so a probe that reads another size is named by it
+        meta = {"loc": self.location()}
         if kind is Op.VAR_STORAGE_OFFSET:
-            node.t = self.trace.emit(kind, (tensor,))
+            node.t = self.trace.emit(kind, (tensor,), meta=meta)
             return node.t
         sizes = self._sizes.get((tensor, kind))
         if sizes is None:
-            sizes = self._sizes[(tensor, kind)] = self.trace.emit(kind, (tensor,))
-        node.t = self.trace.emit(Op.SIZE_INDEX, (sizes,), index=index)
+            sizes = self._sizes[(tensor, kind)] = self.trace.emit(kind, (tensor,), meta=meta)
+        node.t = self.trace.emit(Op.SIZE_INDEX, (sizes,), meta=meta, index=index)
         return node.t
 
     def unbacked(self, what: str, hint: int, data: str | None = None) -> "SymGuard":

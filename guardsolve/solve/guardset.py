@@ -302,7 +302,7 @@ class GuardSet:
         values = ", ".join(f"{d}={dims[d]}" for d in c.dims)
         where = f"{self._asked(min(c.prov))} — {self._origin(min(c.prov))}" if c.prov else ""
         probe = next((p for p in self.probes if dict(p.point) == dims), None)
-        why = f"; a fresh trace at these sizes {probe.because()}" if probe is not None else ""
+        why = f"; a fresh trace at these sizes {self.rejection(probe)}" if probe is not None else ""
         return f"{c.short()} failed ({values}){where}{why}"
 
     # -- explaining ------------------------------------------------------------------------
@@ -452,8 +452,49 @@ class GuardSet:
                        + f"; its guards: {', '.join(c.text for c in p.guards) or 'none'}")
         if self.probes:
             out.append("another trace at these sizes (rejected):")
-            out += [f"    {p.describe()}: {p.because()}" for p in self.probes]
+            out += [f"    {p.describe()}: {self.rejection(p)}" for p in self.probes]
         return out
+
+    def rejection(self, probe: Any) -> str:
+        """Why a route tried (`paths.Probe`) is rejected, in the user's words: where its trace
+        stops or first records another node (line and op), then the decision of the example's
+        path it answers otherwise, by the op that asked it (or the program's own test), with
+        the sizes in the trace and at the probe.
+
+        >>> import torch, guardsolve
+        >>> gs = guardsolve.simplify(guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4)))
+        >>> p = next(p for p in gs.probes if dict(p.point) == {"a0": 0, "b0": 4})
+        >>> print(gs.rejection(p).split(": RuntimeError")[0])
+        stops at <doctest guardsolve.solve.guardset.GuardSet.rejection[1]>:1  ...: aten.add.Tensor's shape rule rejects these sizes
+        >>> print(gs.rejection(p).split("; ")[-1])
+        decided otherwise: a0 == b0 by aten.add.Tensor's shape rule (in the trace a0=4, b0=4, here a0=0, b0=4) on that line
+        """
+        text = probe.because()
+        flips = self._answered_otherwise(probe.point)
+        if not flips:
+            return text
+        loc = getattr(probe.why, "loc", None)
+        at = str(loc).split("  ", 1)[0] if loc is not None else None
+        here = [i for i in flips if at is not None and self._origin(i).split("  ", 1)[0] == at]
+        i = (here or flips)[0]
+        return f"{text}; {self._decision(i, probe.point, at_line=bool(here))}"
+
+    def _decision(self, i: int, point: Mapping[str, int], at_line: bool = False) -> str:
+        """Bailout `i`, answered otherwise at `point`: what it asserts, who asked it, the sizes
+        it reads in the trace and at `point`, and its line (`at_line`: the line just named)."""
+        import re
+
+        reading = self._reading(i)
+        op = self.graph.nodes[i].meta.get("op")
+        who = f"{op}'s shape rule" if op else "the program's own test of a size"
+        named = [d for d in self.dims if re.search(rf"\b{re.escape(d)}\b", reading)]
+        example = self.graph.meta.get("example") or {}
+        sizes = ""
+        if named:
+            was = ", ".join(f"{d}={example[d]}" for d in named if d in example)
+            now = ", ".join(f"{d}={point[d]}" for d in named if d in point)
+            sizes = f" (in the trace {was}, here {now})" if was else f" (here {now})"
+        return f"decided otherwise: {reading} by {who}{sizes}" + (" on that line" if at_line else f" — {self._origin(i)}")
 
     def _answered_otherwise(self, point: Mapping[str, int]) -> list[int]:
         """The example's bailouts (node indices) that are false at `point` (a division by zero

@@ -46,6 +46,7 @@ from guardsolve.ir.ops import Op
 from guardsolve.guards.rules import RuleCache, _sym
 from guardsolve.guards.symbolic import Recorder, SymGuard
 from guardsolve.trace.tensor import Call, _presents_as_tracing
+from guardsolve.trace.why import Why
 
 _UNKNOWN = object()  # a value the guard graph cannot give at these sizes (a zero divisor, data)
 _DIMS = frozenset({Op.INT_PLACEHOLDER, Op.INT_ARG})
@@ -252,7 +253,7 @@ class LocalReplay:
                     # in a fresh trace: its parts are other nodes than the trace's one, so that
                     # trace differs too (or stops in a part's rule): rejected either way
                     # NOTE: worded as a fresh trace's rejection is (`paths._why_not`)
-                    return ("other", _rejects(c.func, e), self._pruned(rec.guards))
+                    return ("other", _rejects(c.func, e, c.loc), self._pruned(rec.guards))
                 now[i] = out
                 if _same_meta(out, c.out):
                     continue
@@ -336,7 +337,7 @@ class LocalReplay:
             except Exception as e:
                 if "meta" in str(e).lower():
                     return None  # NOTE: a part that cannot run on plain meta tensors (it reads data)
-                return ("other", _rejects(c.func, e), None)
+                return ("other", _rejects(c.func, e, c.loc), None)
             try:
                 was = [_concrete(env, x) for x in flatten(c.out)[0]]
             except _Cannot:
@@ -432,11 +433,13 @@ class LocalReplay:
         return True
 
 
-def _rejects(func: Any, e: BaseException) -> str:
-    """Why a probe stops at `func`'s rule, worded as a fresh trace's rejection is (`paths._why_not`)."""
+def _rejects(func: Any, e: BaseException, loc: Any) -> Why:
+    """Why a probe stops at `func`'s rule, called at user line `loc`, worded as a fresh trace's
+    rejection is (`paths._why_not`)."""
     first = (str(e).strip().splitlines() or [""])[0]
-    return (f"stops where {qualified_name(func)}'s shape rule rejects these sizes: "
-            f"{f'{type(e).__name__}: {first}'[:200]}")
+    at = f" at {loc}" if loc is not None else ""
+    return Why(f"stops{at}: {qualified_name(func)}'s shape rule rejects these sizes: "
+               f"{f'{type(e).__name__}: {first}'[:200]}", loc, qualified_name(func))
 
 
 def _layout(t: torch.Tensor) -> tuple[Any, ...]:

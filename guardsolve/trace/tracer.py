@@ -32,6 +32,7 @@ from guardsolve.guards.pytorch import meta_input
 from guardsolve.guards.rules import RuleCache
 from guardsolve.guards.symbolic import Recorder, SymGuard, call_user
 from guardsolve.trace.local import Recorded
+from guardsolve.trace.why import Why, node_loc, node_op
 from guardsolve.trace.static import StaticGuard, layout_guard, tensor_guards
 from guardsolve.trace.tensor import TracedTensor, TracingMode, _presents_as_tracing, dtype_name, symint
 
@@ -189,12 +190,18 @@ def _eager_failure(fn: Callable[..., Any], example_inputs: tuple[Any, ...]) -> E
 
 
 class Diverged(Exception):
-    """A trace run against an expected one (`_trace(..., expect=)`) recorded another node."""
+    """A trace run against an expected one (`_trace(..., expect=)`) recorded another node:
+    said by the user's line and op first, the trace's own nodes after (`why`)."""
 
-    def __init__(self, index: int, found: Any, expected: Any) -> None:
-        super().__init__(f"trace line {index + 1}: {found}" + (f" where the trace has {expected}"
-                                                              if expected is not None else " past its end"))
+    def __init__(self, index: int, found: Any, expected: Any, loc: Any = None) -> None:
         self.index, self.found, self.expected = index, found, expected
+        self.loc = loc if loc is not None else (found.meta.get("loc") if found.meta else None)
+        op = node_op(found)
+        at = f"{self.loc}: " if self.loc is not None else ""
+        tail = f" where the trace has `{expected}`" if expected is not None else " past the trace's end"
+        self.why = Why(f"records another trace from {at}{op} records `{found}`{tail} (trace line {index + 1})",
+                       self.loc, op)
+        super().__init__(self.why.text)
 
 
 def same_node(a: Any, b: Any) -> bool:
@@ -208,29 +215,40 @@ def same_node(a: Any, b: Any) -> bool:
     return a.params == b.params
 
 
-def difference(t: Trace, u: Trace) -> str | None:
+def difference(t: Trace, u: Trace) -> Why | None:
     """Why `u` is not the same trace as `t` (None when it is): its nodes (example values of
-    inputs aside, `same_node`), its output structure, its static guards.
+    inputs aside, `same_node`), its output structure, its static guards; the first node that
+    differs is named by its user line and op.
 
     >>> import torch
     >>> f = lambda x: x.sin()
     >>> difference(trace(f, torch.ones(3, 4)), trace(f, torch.ones(1, 4))) is None
     True
     >>> g = lambda x: x.sin() if x.shape[0] > 2 else x
-    >>> print(difference(trace(g, torch.ones(3, 4)), trace(g, torch.ones(1, 4))))
-    trace line 6: bool_bailout(i2, expect=False) where the trace has bool_bailout(i2, expect=True)
+    >>> why = difference(trace(g, torch.ones(3, 4)), trace(g, torch.ones(1, 4)))
+    >>> print(why)  # the user's line, the op, then the trace's own nodes
+    records another trace from <doctest ...>:1  g = lambda x: x.sin() if x.shape[0] > 2 else x: the program's own \
+test of a size records `bool_bailout(i2, expect=False)` where the trace has `bool_bailout(i2, expect=True)` (trace line 6)
     """
-    for i, (a, b) in enumerate(zip(u.graph.nodes, t.graph.nodes)):
+    nodes = u.graph.nodes
+    for i, (a, b) in enumerate(zip(nodes, t.graph.nodes)):
         if not same_node(a, b):
-            return str(Diverged(i, a, b))
-    if len(u.graph.nodes) != len(t.graph.nodes):
-        return f"the trace has {len(u.graph.nodes)} nodes where the trace has {len(t.graph.nodes)}"
+            return Diverged(i, a, b, node_loc(nodes, i)).why
+    if len(nodes) != len(t.graph.nodes):
+        short, more = (u, t) if len(nodes) < len(t.graph.nodes) else (t, u)
+        i = len(short.graph.nodes)
+        extra = more.graph.nodes[i]
+        loc = node_loc(more.graph.nodes, i)
+        which = "the trace's" if more is t else "its"
+        at = f" at {loc}" if loc is not None else ""
+        return Why(f"records another trace: {len(nodes)} nodes where the trace has {len(t.graph.nodes)}; "
+                   f"{which} first extra node is {node_op(extra)}{at}: `{extra}`", loc, node_op(extra))
     if not _same_spec(u.out_spec, t.out_spec):
-        return "another output structure"
+        return Why("records another trace: another output structure")
     if [g.text for g in u.static] != [g.text for g in t.static]:
-        return "another memory layout"
+        return Why("records another trace: another memory layout")
     if u.opaque != t.opaque:
-        return "output objects a replay cannot rebuild"
+        return Why("records another trace: output objects a replay cannot rebuild")
     return None
 
 
@@ -264,7 +282,8 @@ class _Expecting(Graph):
     def _check(self) -> None:
         for i in range(self._checked, len(self.nodes)):
             if i >= len(self.expect) or not same_node(self.nodes[i], self.expect[i]):
-                raise Diverged(i, self.nodes[i], self.expect[i] if i < len(self.expect) else None)
+                raise Diverged(i, self.nodes[i], self.expect[i] if i < len(self.expect) else None,
+                               node_loc(self.nodes, i))
         self._checked = len(self.nodes)
 
     def append(self, node: Any) -> Any:

@@ -1,0 +1,160 @@
+"""Rejections in the user's words (issue 38, part 5): every route a report rejects names a user
+`file:line` and an op (the torch op whose rule decides, or the program's own test of a size),
+never trace line numbers alone; so do `explain(verbose=True)` and `explain_failure`.
+
+The programs are the examples and real models (`examples/models.py`), and a small ViT-like
+model (conv patches, a class token concatenated with `expand(x.shape[0], -1, -1)`, LayerNorm,
+`[:, 0]`), whose batch 1 reads another size at `[:, 0]`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import re
+
+import pytest
+import torch
+from torch import nn
+
+import guardsolve
+from guardsolve.cli import main
+
+ROOT = pathlib.Path(__file__).parent.parent
+HERE = pathlib.Path(__file__)
+
+# `path/to/file.py:12` (a user's line) and an op: a torch op, or what the program's own code did
+FILE_LINE = re.compile(r"([\w./-]+\.py):(\d+)\b")
+OP = re.compile(r"\b(?:aten|prims)\.\w+|the program's own (?:test|arithmetic)|a read of \.shape")
+
+
+class TinyViT(nn.Module):
+    """Conv patches, a class token, LayerNorm, the class token's row: `[:, 0]`."""
+
+    def __init__(self, dim: int = 32, patch: int = 4) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, patch, stride=patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(torch.zeros(1, 17, dim))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.patch(x).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls.expand(x.shape[0], -1, -1), t], dim=1)
+        t = t + self.pos
+        return self.head(self.norm(t)[:, 0])
+
+
+def _files() -> list[pathlib.Path]:
+    """Where a printed user path may live: the repo, and the installed packages' folder."""
+    out = [ROOT, pathlib.Path("/")]
+    spec = importlib.util.find_spec("transformers")
+    if spec is not None and spec.submodule_search_locations:
+        out.append(pathlib.Path(list(spec.submodule_search_locations)[0]).parent)
+    return out
+
+
+def _names_a_user_line_and_an_op(line: str) -> str | None:
+    """What `line` lacks (None: it names a user `file:line` that exists, and an op)."""
+    found = [(f, int(n)) for f, n in FILE_LINE.findall(line)]
+    real = [(f, n) for f, n in found if any((base / f).is_file() and 0 < n <= len((base / f).read_text().splitlines())
+                                            for base in _files())]
+    if not real:
+        return f"no user file:line in {line!r}"
+    if not OP.search(line):
+        return f"no op in {line!r}"
+    if re.search(r"trace line \d+", line) and line.find("trace line") < line.find(f"{real[0][0]}:{real[0][1]}"):
+        return f"a trace line before the user's line in {line!r}"
+    return None
+
+
+def _rejection_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.lstrip().startswith("rejected at ")]
+
+
+def _check_report(capsys: pytest.CaptureFixture[str], argv: list[str]) -> int:
+    """Every rejection line of the report, default and --verbose; how many --verbose has."""
+    assert main(argv) == 0
+    default = capsys.readouterr().out
+    assert main(argv + ["--verbose"]) == 0
+    verbose = capsys.readouterr().out
+    lines = _rejection_lines(default) + _rejection_lines(verbose)
+    bad = [why for why in map(_names_a_user_line_and_an_op, lines) if why is not None]
+    assert not bad, "\n".join(bad)
+    return len(_rejection_lines(verbose))
+
+
+PROGRAMS = [
+    pytest.param(["examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4"], id="add"),
+    pytest.param(["examples/branching.py:route", "--shape", "x=32,8", "--shape", "y=8,4"], id="branching"),
+    pytest.param(["examples/cat_reshape.py:merge_pairs", "--shape", "a=4,6", "--shape", "b=4,10"], id="cat_reshape"),
+    pytest.param(["examples/cnn.py:SmallCNN", "--shape", "x=4,3,16,16"], id="cnn"),
+    pytest.param([f"{HERE.relative_to(ROOT)}:TinyViT", "--shape", "x=4,3,16,16"], id="vit"),
+    pytest.param(["examples/models.py:lstm", "--shape", "input=2,5,8"], id="lstm"),
+    pytest.param(["examples/attention.py:AttentionBlock", "--shape", "x=2,16,64"], id="attention",
+                 marks=pytest.mark.slow),
+    pytest.param(["examples/mlp.py:MLP", "--shape", "x=32,64"], id="mlp", marks=pytest.mark.slow),
+    pytest.param(["examples/masking.py:positive_scores", "--shape", "x=6,4", "--shape", "w=4"], id="masking",
+                 marks=pytest.mark.slow),
+    pytest.param(["examples/models.py:conv_net", "--shape", "x=2,3,16,16"], id="conv_net", marks=pytest.mark.slow),
+    pytest.param(["examples/models.py:transformer_layer", "--shape", "src=2,6,16"], id="transformer_layer",
+                 marks=pytest.mark.slow),
+    pytest.param(["examples/models.py:self_attention", "--shape", "x=2,5,16"], id="self_attention",
+                 marks=pytest.mark.slow),
+    pytest.param(["examples/models.py:bert", "--shape", "input_ids=2,16", "--dtype", "int64"], id="bert",
+                 marks=pytest.mark.slow),
+    pytest.param(["examples/models.py:gpt2", "--shape", "input_ids=2,16", "--dtype", "int64"], id="gpt2",
+                 marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("target", PROGRAMS)
+def test_every_rejection_line_names_a_user_line_and_an_op(target: list[str], capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    if "models.py:bert" in target[0] or "models.py:gpt2" in target[0]:
+        pytest.importorskip("transformers")
+    monkeypatch.chdir(ROOT)
+    _check_report(capsys, ["report", *target])
+
+
+def test_the_vit_at_batch_1_names_the_line_that_reads_another_size(capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch 1 reads size 1 of the LayerNorm's output at `[:, 0]` where the trace reads size 0:
+    the rejection names that line and the op, then the decision answered otherwise, with the
+    sizes on both sides; never the trace's own line alone."""
+    monkeypatch.chdir(ROOT)
+    assert _check_report(capsys, ["report", f"{HERE.relative_to(ROOT)}:TinyViT", "--shape", "x=4,3,16,16"]) > 0
+    gs = guardsolve.simplify(guardsolve.trace(TinyViT().eval(), torch.randn(4, 3, 16, 16)))
+    probe = next(p for p in gs.probes if dict(p.point) == {"x0": 1, "x1": 3, "x2": 16, "x3": 16})
+    why = gs.rejection(probe)
+    assert why.startswith("records another trace from tests/test_rejections.py:"), why
+    assert "return self.head(self.norm(t)[:, 0]): a read of .shape[1] records" in why, why
+    assert "(in the trace x0=4, here x0=1)" in why, why
+    miss = gs.explain_failure(torch.randn(1, 3, 16, 16))
+    assert _names_a_user_line_and_an_op(miss) is None, miss
+    explained = gs.explain(verbose=True).partition("another trace at these sizes (rejected):\n")[2]
+    lines = [line for line in explained.splitlines() if line.startswith("    ")]
+    assert lines and all(_names_a_user_line_and_an_op(line) is None for line in lines), lines
+
+
+def test_a_branch_of_the_users_code_is_named_with_its_sizes() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.sin() if x.shape[0] > 1 else x.cos()
+
+    gs = guardsolve.simplify(guardsolve.trace(f, torch.randn(5, 8)))
+    why = gs.explain_failure(torch.randn(1, 8))
+    assert "records another trace at tests/test_rejections.py:" in why, why
+    assert "decided otherwise: x0 >= 2 by the program's own test of a size (in the trace x0=5, here x0=1)" in why, why
+    assert _names_a_user_line_and_an_op(why) is None
+
+
+def test_the_check_command_names_the_line_and_op_of_a_rejected_size(capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--at", "a=0", "--at",
+                 "b=4"]) == 1
+    out = capsys.readouterr().out
+    fresh = next(line for line in out.splitlines() if line.startswith("a fresh trace at these sizes"))
+    assert _names_a_user_line_and_an_op(fresh) is None, fresh
+    assert "(in the trace a0=4, b0=4, here a0=0, b0=4)" in fresh, fresh
