@@ -1,4 +1,5 @@
-"""Other routes to the same trace: trace again at sizes 0 and 1, keep the paths that record it.
+"""Other routes to the same trace: trace again at sizes 0 and 1 and on the other side of each
+decision of the example's path, keep the paths that record it.
 
 A trace's guards are its *path condition*: every question PyTorch's rules and the user's code
 asked about a size, answered as at the example. Other answers often record the very same
@@ -30,6 +31,7 @@ import torch
 import z3
 
 from guardsolve.ir.graph import Graph
+from guardsolve.solve.witness import flip_points
 from guardsolve.ir.ops import Op
 from guardsolve.solve.constraint import Constraint
 from guardsolve.guards.expr import TRUE as _TRUE
@@ -80,23 +82,17 @@ class Probe:
 
     point: Mapping[str, int]
     changed: tuple[str, ...]
-    why: Any  # a `trace.why.Why` (its user line and op, where known), or a plain reason
+    why: str
     like: str | None = None  # not traced: it makes the decisions the probe at `like` made
     replayed: bool = False  # decided by replaying the calls whose decisions change, not a new trace
 
     def because(self) -> str:
-        """Why it is rejected, as the rest of "a fresh trace at these sizes ...": where it stops
-        or records another node, by the user's line and op (`GuardSet.rejection` adds the
-        decision answered otherwise, with the sizes on both sides)."""
+        """Why it is rejected, as the rest of "a fresh trace at these sizes ..."."""
         if self.like is None:
-            return str(self.why)
-        # NOTE: not `why` whole: its message quotes the sizes of the point at `like`, not this one's
-        loc, op = getattr(self.why, "loc", None), getattr(self.why, "op", None)
-        if loc is None or op is None:
-            return f"makes the decisions the trace at {self.like} made before it was rejected (known without tracing again)"
-        what = "stops" if str(self.why).startswith("stops") else "records another trace"
-        return (f"{what} at {loc}: {op}, as the trace at {self.like} does (the same decisions up to there; known "
-                f"without tracing again)")
+            return self.why
+        # NOTE: not `why`: its message quotes the sizes of the point at `like`, not this one's
+        return (f"makes the decisions the trace at {self.like} made before it was rejected (known without "
+                f"tracing again)")
 
     def describe(self) -> str:
         return ", ".join(f"{d}={self.point[d]}" for d in self.changed)
@@ -120,14 +116,15 @@ class Exploration:
         """One line: how many points were tried, merged and rejected, and how each was decided.
 
         >>> Exploration(paths=[], probes=[], traces=1, replayed=2, seconds=0.004).summary()
-        'tried 0 points (sizes 0 and 1) in 4.0 ms: 0 merged, 0 rejected'
+        'tried 0 points (sizes 0 and 1, each decision's other side) in 4.0 ms: 0 merged, 0 rejected'
         """
         tried = len(self.paths) + len(self.probes)
         ran = self.traces + self.replayed
         how = [f"{self.replayed} replayed call by call", f"{self.traces} traced again"] if tried else []
         if tried > ran:
             how.append(f"{tried - ran} known without a run")
-        return (f"tried {tried} point{'' if tried == 1 else 's'} (sizes 0 and 1) in {self.seconds * 1000:.1f} ms: "
+        return (f"tried {tried} point{'' if tried == 1 else 's'} (sizes 0 and 1, each decision's other side) in "
+                f"{self.seconds * 1000:.1f} ms: "
                 f"{len(self.paths)} merged, {len(self.probes)} rejected" + (f"; {', '.join(how)}" if how else "")
                 + (f"; {self.skipped}" if self.skipped else ""))
 
@@ -197,24 +194,23 @@ def _mutates_constants(t: Any) -> bool:
     return False
 
 
-def _why_not(e: BaseException) -> Any:
-    """A probe's failure, said as its reason for not merging (a `tracer.Why`: the user's line
-    and the op where it stops or records another node, where known)."""
+def _why_not(e: BaseException) -> str:
+    """A probe's failure, said as its reason for not merging."""
     from guardsolve.errors import UnsupportedOpError
-    from guardsolve.trace.tracer import Diverged, Why
+    from guardsolve.trace.tracer import Diverged
 
     if isinstance(e, Diverged):
-        return e.why
+        loc = e.found.meta.get("loc") if e.found.meta else None
+        where = f" ({loc})" if loc is not None else ""
+        return f"records another trace: {e}{where}"
     for lead in ("its shape rule rejects these sizes (", "PyTorch's shape rule fails while replaying "):
         if isinstance(e, UnsupportedOpError) and e.reason.startswith(lead):
             inner = e.reason[len(lead):]
             inner = inner[:-1] if inner.endswith(")") else inner  # NOTE: the wrapping one only
             inner = inner.split("` (", 1)[1] if inner.startswith("`") and "` (" in inner else inner
-            where = getattr(e, "where", "")
-            at = f" at {where}" if where else ""
-            return Why(f"stops{at}: {e.op}'s shape rule rejects these sizes: {inner[:200]}", where or None, e.op)
+            return f"stops where {e.op}'s shape rule rejects these sizes: {inner[:200]}"
     first = (str(e).strip().splitlines() or [""])[0]
-    return Why(f"raises {type(e).__name__}: {first[:200]}", None, getattr(e, "op", None))
+    return f"raises {type(e).__name__}: {first[:200]}"
 
 
 def _user_decisions(g: Graph) -> Graph | None:
@@ -243,20 +239,16 @@ def _run(g: Graph, point: Mapping[str, int]) -> None:
     interpret(g, concrete_rules(dict(point)), validate=False)
 
 
-def _decided_otherwise(user: Graph | None, point: Mapping[str, int]) -> Any:
-    """Where the program (outside any op) decides otherwise at `point` (a `Why`), or None."""
+def _decided_otherwise(user: Graph | None, point: Mapping[str, int]) -> str | None:
+    """Where the program (outside any op) decides otherwise at `point`, or None."""
     from guardsolve.errors import GuardFailure, GuardsolveError
     if user is None:
         return None
     try:
         _run(user, point)
     except GuardFailure as e:
-        from guardsolve.trace.why import Why
-
         loc = getattr(e, "loc", None)
-        at = f" at {loc}" if loc is not None else ""
-        return Why(f"records another trace{at}: the program's own test of a size answers otherwise (known without "
-                   "tracing again)", loc, "the program's own test of a size")
+        return str(loc) if loc is not None else "a decision of its own"
     except (GuardsolveError, ArithmeticError, KeyError):
         return None
     return None
@@ -343,7 +335,7 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
             return ("other", why, prefix if decided else None)
         why = difference(t, u)
         if why is not None:
-            return ("other", why, None)
+            return ("other", f"records another trace: {why}", None)
         return ("same", u.guard_graph(), tuple(u.graph.meta.get("value_flips", ())))
 
     rng = torch.random.get_rng_state()
@@ -414,6 +406,11 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     # NOTE: classes first: one probe moves every dim the guards hold equal
     units = _classes(base) + [(d,) for d in example]
     queue = deque(_candidates(example, units, example))
+    # NOTE: then the other side of each decision of the example's path, nearest the example
+    # (each minimal guard false alone, the others kept): routes that record the same trace at
+    # sizes other than 0 and 1 (traced at batch 1, batch 2)
+    for flip in flip_points([c.formula for c in base.constraints], set(base.sizes), example):
+        queue.append((flip, tuple(d for d in example if flip[d] != example[d])))
     # NOTE: then mixes: every dim at 0, at 1, and each pair of dims or classes at 1 (a route
     # may need both: a broadcast of two size-1 operands)
     for v in VALUES:
@@ -450,7 +447,8 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
                 continue
             asked = _decided_otherwise(user, point)
             if asked is not None:
-                out.probes.append(Probe(point, changed, asked))
+                out.probes.append(Probe(point, changed, f"records another trace: the program decides otherwise at "
+                                                        f"{asked} (known without tracing again)"))
                 continue
             known = next((g for g in rejects if _inside(g, point)), None)
             if known is not None:

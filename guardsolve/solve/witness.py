@@ -341,3 +341,25 @@ class Witnesses:
                     env[d] = here_d
             env[e] = here_e
         return False
+
+
+def flip_points(formulas: Sequence[Formula], sizes: set[str], example: Mapping[str, int],
+                largest: int = 1 << 20) -> list[dict[str, int]]:
+    """For each formula, a point near `example` where it alone is false (the other side of
+    that decision, every other one kept), by the same one- and two-dim moves as `find`; where
+    none is found, or a dim would exceed `largest`, that formula has none.
+
+    >>> x0 = Poly.var("x0")
+    >>> flip_points([rel("le", x0, Poly.const(1))], {"x0"}, {"x0": 1})
+    [{'x0': 2}]
+    """
+    w = Witnesses.at(formulas, [], sizes, example)
+    if w is None:
+        return []
+    active = set(range(len(formulas)))
+    out: list[dict[str, int]] = []
+    for i in range(len(formulas)):
+        p = w.find(i, active)
+        if p is not None and all(abs(v) <= largest for v in p.values()) and dict(p) not in out:
+            out.append(dict(p))
+    return out
