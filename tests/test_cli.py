@@ -288,7 +288,8 @@ def test_check_exit_codes(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "guard failed: (a0 == 1) or (a0 == b0) or (b0 == 1) (a0=0, b0=4) (aten.add.Tensor's shape rule) — " \
            "examples/notebook.py:47  return a + b" in out
-    assert "a fresh trace at these sizes stops where aten.add.Tensor's shape rule rejects these sizes" in out
+    assert "a fresh trace at these sizes stops at examples/notebook.py:47  return a + b: aten.add.Tensor's shape rule " \
+           "rejects these sizes" in out
     assert main(["check", "examples/notebook.py:add", "--shape", "a=4", "--shape", "b=4", "--at", "a=1", "--at",
                  "b=1", "--no-explore"]) == 1
     assert "guard failed: a0 != 1 (a0=1) (aten.add.Tensor's shape rule) — examples/notebook.py:47  return a + b" \

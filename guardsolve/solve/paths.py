@@ -82,17 +82,23 @@ class Probe:
 
     point: Mapping[str, int]
     changed: tuple[str, ...]
-    why: str
+    why: Any  # a `trace.why.Why` (its user line and op, where known), or a plain reason
     like: str | None = None  # not traced: it makes the decisions the probe at `like` made
     replayed: bool = False  # decided by replaying the calls whose decisions change, not a new trace
 
     def because(self) -> str:
-        """Why it is rejected, as the rest of "a fresh trace at these sizes ..."."""
+        """Why it is rejected, as the rest of "a fresh trace at these sizes ...": where it stops
+        or records another node, by the user's line and op (`GuardSet.rejection` adds the
+        decision answered otherwise, with the sizes on both sides)."""
         if self.like is None:
-            return self.why
-        # NOTE: not `why`: its message quotes the sizes of the point at `like`, not this one's
-        return (f"makes the decisions the trace at {self.like} made before it was rejected (known without "
-                f"tracing again)")
+            return str(self.why)
+        # NOTE: not `why` whole: its message quotes the sizes of the point at `like`, not this one's
+        loc, op = getattr(self.why, "loc", None), getattr(self.why, "op", None)
+        if loc is None or op is None:
+            return f"makes the decisions the trace at {self.like} made before it was rejected (known without tracing again)"
+        what = "stops" if str(self.why).startswith("stops") else "records another trace"
+        return (f"{what} at {loc}: {op}, as the trace at {self.like} does (the same decisions up to there; known "
+                f"without tracing again)")
 
     def describe(self) -> str:
         return ", ".join(f"{d}={self.point[d]}" for d in self.changed)
@@ -194,23 +200,24 @@ def _mutates_constants(t: Any) -> bool:
     return False
 
 
-def _why_not(e: BaseException) -> str:
-    """A probe's failure, said as its reason for not merging."""
+def _why_not(e: BaseException) -> Any:
+    """A probe's failure, said as its reason for not merging (a `tracer.Why`: the user's line
+    and the op where it stops or records another node, where known)."""
     from guardsolve.errors import UnsupportedOpError
-    from guardsolve.trace.tracer import Diverged
+    from guardsolve.trace.tracer import Diverged, Why
 
     if isinstance(e, Diverged):
-        loc = e.found.meta.get("loc") if e.found.meta else None
-        where = f" ({loc})" if loc is not None else ""
-        return f"records another trace: {e}{where}"
+        return e.why
     for lead in ("its shape rule rejects these sizes (", "PyTorch's shape rule fails while replaying "):
         if isinstance(e, UnsupportedOpError) and e.reason.startswith(lead):
             inner = e.reason[len(lead):]
             inner = inner[:-1] if inner.endswith(")") else inner  # NOTE: the wrapping one only
             inner = inner.split("` (", 1)[1] if inner.startswith("`") and "` (" in inner else inner
-            return f"stops where {e.op}'s shape rule rejects these sizes: {inner[:200]}"
+            where = getattr(e, "where", "")
+            at = f" at {where}" if where else ""
+            return Why(f"stops{at}: {e.op}'s shape rule rejects these sizes: {inner[:200]}", where or None, e.op)
     first = (str(e).strip().splitlines() or [""])[0]
-    return f"raises {type(e).__name__}: {first[:200]}"
+    return Why(f"raises {type(e).__name__}: {first[:200]}", None, getattr(e, "op", None))
 
 
 def _user_decisions(g: Graph) -> Graph | None:
@@ -239,16 +246,20 @@ def _run(g: Graph, point: Mapping[str, int]) -> None:
     interpret(g, concrete_rules(dict(point)), validate=False)
 
 
-def _decided_otherwise(user: Graph | None, point: Mapping[str, int]) -> str | None:
-    """Where the program (outside any op) decides otherwise at `point`, or None."""
+def _decided_otherwise(user: Graph | None, point: Mapping[str, int]) -> Any:
+    """Where the program (outside any op) decides otherwise at `point` (a `Why`), or None."""
     from guardsolve.errors import GuardFailure, GuardsolveError
     if user is None:
         return None
     try:
         _run(user, point)
     except GuardFailure as e:
+        from guardsolve.trace.why import Why
+
         loc = getattr(e, "loc", None)
-        return str(loc) if loc is not None else "a decision of its own"
+        at = f" at {loc}" if loc is not None else ""
+        return Why(f"records another trace{at}: the program's own test of a size answers otherwise (known without "
+                   "tracing again)", loc, "the program's own test of a size")
     except (GuardsolveError, ArithmeticError, KeyError):
         return None
     return None
@@ -335,7 +346,7 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
             return ("other", why, prefix if decided else None)
         why = difference(t, u)
         if why is not None:
-            return ("other", f"records another trace: {why}", None)
+            return ("other", why, None)
         return ("same", u.guard_graph(), tuple(u.graph.meta.get("value_flips", ())))
 
     rng = torch.random.get_rng_state()
@@ -447,8 +458,7 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
                 continue
             asked = _decided_otherwise(user, point)
             if asked is not None:
-                out.probes.append(Probe(point, changed, f"records another trace: the program decides otherwise at "
-                                                        f"{asked} (known without tracing again)"))
+                out.probes.append(Probe(point, changed, asked))
                 continue
             known = next((g for g in rejects if _inside(g, point)), None)
             if known is not None:
