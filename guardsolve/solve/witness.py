@@ -352,9 +352,16 @@ def flip_points(formulas: Sequence[Formula], sizes: set[str], example: Mapping[s
     >>> x0 = Poly.var("x0")
     >>> flip_points([rel("le", x0, Poly.const(1))], {"x0"}, {"x0": 1})
     [{'x0': 2}]
+    >>> x1 = Poly.var("x1")
+    >>> flip_points([rel("le", Poly.const(2), x0), rel("le", Poly.const(2), x1)], {"x0", "x1"}, {"x0": 2, "x1": 16})
+    [{'x0': 1, 'x1': 16}, {'x0': 2, 'x1': 1}]
     """
-    w = Witnesses.at(formulas, [], sizes, example)
-    if w is None:
+    if any(v < 0 and d in sizes for d, v in example.items()):
+        return []
+    # NOTE: not `at`: its spread moves every dim away from the example, and a flip is a
+    # move of the dims the decision reads, nearest the example
+    w = Witnesses(formulas, [], sizes, example, spread=False)
+    if not all(_holds(fn) for fn in w.fns):
         return []
     active = set(range(len(formulas)))
     out: list[dict[str, int]] = []
