@@ -295,3 +295,26 @@ def test_benchmark_quick_run() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     assert "| MLP 16-32-8 over batches | 1 vs" in out.stdout and "| branch on a size |" in out.stdout
     assert (ROOT / "benchmarks" / "JIT.md").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_a_guard_that_cannot_be_translated_pins_the_variant_to_its_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never trusted: where a backend guard has no translation, the variant serves exactly its
+    example's sizes and strides, and another batch compiles another variant."""
+    import guardsolve.jit.inductor as inductor
+    from guardsolve.pytorch.sympy_guards import TranslationError
+
+    def untranslatable(code: str, symbol):  # type: ignore[no-untyped-def]
+        raise TranslationError(f"cannot translate {code!r}")
+
+    monkeypatch.setattr(inductor, "parse_guard", untranslatable)
+    model = _mlp()
+    fast = guardsolve.guarded(model, backend="inductor")
+    with torch.no_grad():
+        for b in (3, 5, 3):
+            x = torch.randn(b, 4)
+            assert torch.allclose(fast(x), model(x), atol=1e-5)
+    (e,) = fast.entries
+    assert [v.exact_example for v in e.variants] == [True, True]
+    assert [str(v.guards) for v in e.variants] == ["input0 == 3\ninput1 == 4", "input0 == 5\ninput1 == 4"]
+    assert fast.cache_info().hits == 1
