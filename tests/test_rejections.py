@@ -10,6 +10,7 @@ model (conv patches, a class token concatenated with `expand(x.shape[0], -1, -1)
 from __future__ import annotations
 
 import importlib.util
+import json
 import pathlib
 import re
 
@@ -158,3 +159,50 @@ def test_the_check_command_names_the_line_and_op_of_a_rejected_size(capsys: pyte
     fresh = next(line for line in out.splitlines() if line.startswith("a fresh trace at these sizes"))
     assert _names_a_user_line_and_an_op(fresh) is None, fresh
     assert "(in the trace a0=4, b0=4, here a0=0, b0=4)" in fresh, fresh
+
+
+class EmbedDropBranch(nn.Module):
+    """An embedding, an eval-mode dropout (it asks a stride order of `ids1`), then a test of the
+    program's own on `ids.shape[1]`: only the test decides `ids1 >= 2`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 32)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.drop(self.emb(ids))
+        return h * 2 if ids.shape[1] > 1 else h
+
+
+def test_a_guard_source_that_decides_nothing_is_explained(capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dropout's line is a source of `ids1 >= 2`, but at `ids1=1` its rule returns the same
+    sizes and strides: the report says so (text and JSON), and lists the deciding line first."""
+    monkeypatch.chdir(ROOT)
+    target = [f"{HERE.relative_to(ROOT)}:EmbedDropBranch", "--shape", "ids=2,16", "--dtype", "int64"]
+    assert main(["report", *target]) == 0
+    out = capsys.readouterr().out
+    block = out.split("ids1 >= 2\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert block[0].endswith("return h * 2 if ids.shape[1] > 1 else h"), block
+    assert any("h = self.drop(self.emb(ids))  (decides nothing at ids1=1: aten.dropout.default returns the same sizes "
+               "and strides there)" in line for line in block), block
+    assert main(["report", *target, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    sources = next(g for g in doc["guards"] if g["guard"] == "ids1 >= 2")["sources"]
+    assert [s.get("decides_nothing_at") for s in sources if "self.drop" in s["code"]] == [{"ids1": 1}]
+    assert all("decides_nothing_at" not in s for s in sources if "ids.shape[1] > 1" in s["code"])
+
+
+@pytest.mark.slow
+def test_berts_eval_mode_dropout_lines_are_explained(capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(ROOT)
+    assert main(["report", "examples/models.py:bert", "--shape", "input_ids=2,16", "--dtype", "int64"]) == 0
+    out = capsys.readouterr().out
+    block = out.split("input_ids1 >= 2\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert "sdpa_attention.py:148" in block[0], block
+    dropout = [line for line in block if "dropout(" in line]
+    assert dropout and all("(decides nothing at input_ids1=1: aten.dropout.default returns the same sizes and strides "
+                           "there)" in line for line in dropout), block

@@ -23,7 +23,7 @@ import os
 import sys
 import time
 import traceback
-from typing import Sequence
+from typing import Any, Sequence
 
 from guardsolve.errors import GuardsolveError
 
@@ -215,6 +215,8 @@ def _report(args: argparse.Namespace) -> int:
     info = ReportInfo(loaded.target, loaded.inputs, loaded.graph, seconds, args.verify, args.dynamic,
                       loaded.target if loaded.from_file else None, input_specs=loaded.input_specs,
                       verbose=args.verbose)
+    if args.format in ("text", "json") and loaded.trace is not None:
+        info.idle = _idle(loaded.trace, gs)
     # NOTE: fail soft: a stage after the guards that fails is reported after them, never instead of them
     if args.verify:
         with _Progress("verifying"):
@@ -234,6 +236,17 @@ def _report(args: argparse.Namespace) -> int:
         text = {"text": text_report, "json": json_report, "python": python_report}[args.format](gs, info)
     write_output(text, args.output)
     return _failed(info)
+
+
+def _idle(trace: Any, gs: Any) -> dict[int, Any]:
+    """The guards' sources that decide nothing on their far side (`solve.deciding`); none where
+    that cannot be told (a note for the reader only: it never stops a report)."""
+    from guardsolve.solve.deciding import idle_sources
+
+    try:
+        return idle_sources(trace, gs)
+    except Exception:  # NOTE: a reading aid; the guards stand without it
+        return {}
 
 
 def _stage(info, name: str, run) -> bool:  # type: ignore[no-untyped-def]

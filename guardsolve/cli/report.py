@@ -36,6 +36,8 @@ class ReportInfo:
     input_specs: dict[str, Any] | None = None  # each input's shape and dtype (JSON's `inputs`)
     failures: list[tuple[str, str]] = field(default_factory=list)  # (stage, error) of stages after the guards
     verbose: bool = False  # list each route tried, not only their counts
+    # NOTE: by guard index, its sources that decide nothing on its far side (`solve.deciding`)
+    idle: dict[int, Any] = field(default_factory=dict)
 
 
 def plural(count: int, word: str) -> str:
@@ -46,12 +48,13 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def _sources(gs: GuardSet, nodes: Sequence[int], graph_file: str | None) -> list[dict[str, Any]]:
+def _sources(gs: GuardSet, nodes: Sequence[int], graph_file: str | None, idle: Any = None) -> list[dict[str, Any]]:
     out = []
     for i in sorted(nodes):
         n = gs.graph.nodes[i]
         loc = n.meta.get("loc")
-        out.append({
+        quiet = {"decides_nothing_at": dict(idle.point)} if idle is not None and i in idle.sources else {}
+        out.append({**quiet,
             "bailout": gs._reading(i) if i not in gs.value_guards else gs._data_decision(i),
             "bailout_raw": gs._describe(i),
             "file": loc.short_file if loc else graph_file,
@@ -80,8 +83,8 @@ def json_report(gs: GuardSet, info: ReportInfo) -> str:
         "minimal": gs.minimal,
         "verified": info.verified,
         "seconds": round(info.seconds, 6),
-        "guards": [{"guard": c.text, "kind": c.kind, "dims": list(c.dims), "sources": _sources(gs, list(c.prov), info.graph_file)}
-                   for c in gs],
+        "guards": [{"guard": c.text, "kind": c.kind, "dims": list(c.dims),
+                    "sources": _sources(gs, list(c.prov), info.graph_file, info.idle.get(k))} for k, c in enumerate(gs)],
         "implied": _sources(gs, sorted(gs.implied - set(gs.tautologies)), info.graph_file),
         "always_true": _sources(gs, list(gs.tautologies), info.graph_file),
         "value_guards": _sources(gs, list(gs.value_guards), info.graph_file),
@@ -147,14 +150,16 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
     ]
     if not len(gs):
         lines.append("(no guards: every input of these ranks is accepted)")
-    for c in gs:
+    for k, c in enumerate(gs):
         lines += c.lines()
+        idle = info.idle.get(k)
+        quiet = idle.sources if idle is not None else frozenset()
         seen: set[str] = set()
-        for i in sorted(c.prov):
+        for i in sorted(c.prov, key=lambda i: (i in quiet, i)):
             origin = gs._origin(i)
             if origin not in seen:
                 seen.add(origin)
-                lines.append(f"    {origin}")
+                lines.append(f"    {origin}" + (f"  ({idle.note(gs.graph.nodes[i].meta['op'])})" if i in quiet else ""))
     lines += path_lines(gs, info.verbose)
     for i in gs.value_guards:
         lines.append(f"not checkable from shapes alone: {gs._data_decision(i)}  at {gs._origin(i)}")

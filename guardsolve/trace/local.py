@@ -296,6 +296,44 @@ class LocalReplay:
         gg.meta["static"] = self.trace.graph.meta.get("static", ())
         return ("same", gg)
 
+    def decides_nothing(self, point: Mapping[str, int]) -> list[int]:
+        """The calls (indices into `recorded.calls`) some decision of which is answered
+        otherwise at `point`, whose rule, run alone there on its recorded inputs at those sizes,
+        returns the very same symbolic sizes, strides and dtypes: their decisions change
+        nothing the call hands on (eval-mode dropout asking a stride order). A call this replay
+        cannot run alone is left out (it may decide something).
+
+        >>> import torch, guardsolve
+        >>> t = guardsolve.trace(lambda x: torch.nn.functional.dropout(x, 0.1, False) + 1, torch.randn(4, 8))
+        >>> LocalReplay.of(t).decides_nothing({"x0": 1, "x1": 8})  # the dropout: the same sizes and strides at x0=1
+        [0]
+        """
+        env = self.values(point)
+
+        def holds(q: tuple[str, bool]) -> bool:
+            v = env.get(q[0], _UNKNOWN)
+            return v is not _UNKNOWN and bool(v) == q[1]
+
+        rec = self._recorder(point)
+        idle: list[int] = []
+        try:
+            for i, c in enumerate(self.recorded.calls):
+                if all(map(holds, c.asked)) or c.flat is None or c.names is None:
+                    continue
+                try:
+                    made: dict[str, Any] = {}
+                    args, kwargs = unflatten([_rehinted(rec, env, made, x) for x in c.flat], c.spec)
+                    rec.loc, rec.op = c.loc, c.func
+                    with _presents_as_tracing(), torch._C._AutoDispatchBelowAutograd():
+                        out = rec.rules(c.func, args, kwargs)
+                except Exception:  # NOTE: `_Cannot`, or a rule that rejects these sizes: it decides
+                    continue
+                if _same_meta(out, c.out):
+                    idle.append(i)
+        finally:
+            rec.rules.close()
+        return idle
+
     def _stops(self, env: Mapping[str, Any], flipped: Sequence[bool], user: Mapping[int, Any], holds: Any
                ) -> Any:
         """("other", why, None) where a rule rejects the sizes, found cheaply: each call some
