@@ -56,6 +56,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from guardsolve.errors import EagerError, GuardFailure, GuardsolveError
+from guardsolve.jit.counter import Counter as _Counter
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
 from guardsolve.trace.replay import compile_replay
@@ -63,22 +64,6 @@ from guardsolve.trace.static import StaticGuard, is_static_value, state_guards, 
 from guardsolve.trace.tracer import Trace, is_traced, trace, tracing
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-
-
-class _Counter:
-    """A count that threads bump without a lock (`next` on `itertools.count` is atomic)."""
-
-    __slots__ = ("_c",)
-
-    def __init__(self) -> None:
-        self._c = itertools.count()
-
-    def inc(self) -> None:
-        next(self._c)
-
-    @property
-    def value(self) -> int:
-        return int(repr(self._c)[6:-1])  # NOTE: "count(N)"; reading does not advance it
 
 
 @dataclass(eq=False)

@@ -28,7 +28,6 @@ input1 == 16
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import tempfile
 import time
@@ -40,6 +39,7 @@ import torch
 
 from guardsolve.errors import GuardsolveError
 from guardsolve.ir.graph import Graph
+from guardsolve.jit.counter import Counter
 from guardsolve.ir.ops import Op
 from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
 from guardsolve.solve.guardset import Certificate, GuardSet
@@ -92,22 +92,6 @@ class BackendGuard:
         return f"{self.text}  ({self.why})"
 
 
-class _Hits:
-    """A hit count bumped without a lock (`next` on `itertools.count` is atomic)."""
-
-    __slots__ = ("_c",)
-
-    def __init__(self) -> None:
-        self._c = itertools.count()
-
-    def inc(self) -> None:
-        next(self._c)
-
-    @property
-    def value(self) -> int:
-        return int(repr(self._c)[6:-1])
-
-
 @dataclass(eq=False)
 class Variant:
     """One compiled artifact of a trace and its check (trace guards and backend guards, minimal
@@ -122,7 +106,7 @@ class Variant:
     exact_example: bool = False  # a guard could not be translated: the variant serves its example's sizes only
     loaded: bool = False
     plain: bool = False  # no mutation, no output aliasing an input: Inductor's call is run directly
-    _hits: _Hits = field(default_factory=_Hits, repr=False)
+    _hits: Counter = field(default_factory=Counter, repr=False)
 
     @property
     def check(self) -> Callable[..., bool]:
