@@ -24,8 +24,8 @@ from guardsolve.cli import main
 ROOT = pathlib.Path(__file__).parent.parent
 HERE = pathlib.Path(__file__)
 
-# `path/to/file.py:12` (a user's line) and an op: a torch op, or what the program's own code did
-FILE_LINE = re.compile(r"([\w./-]+\.py):(\d+)\b")
+# `path/to/file.py:12` (a user's line; a saved trace's user lines are its own: `add.gs:3`) and an op: a torch op, or what the program's own code did
+FILE_LINE = re.compile(r"([\w./-]+\.(?:py|gs)):(\d+)\b")
 OP = re.compile(r"\b(?:aten|prims)\.\w+|the program's own (?:test|arithmetic)|a read of \.shape")
 
 
@@ -49,7 +49,7 @@ class TinyViT(nn.Module):
 
 def _files() -> list[pathlib.Path]:
     """Where a printed user path may live: the repo, and the installed packages' folder."""
-    out = [ROOT, pathlib.Path("/")]
+    out = [pathlib.Path.cwd(), ROOT, pathlib.Path("/")]
     spec = importlib.util.find_spec("transformers")
     if spec is not None and spec.submodule_search_locations:
         out.append(pathlib.Path(list(spec.submodule_search_locations)[0]).parent)
@@ -206,3 +206,20 @@ def test_berts_eval_mode_dropout_lines_are_explained(capsys: pytest.CaptureFixtu
     dropout = [line for line in block if "dropout(" in line]
     assert dropout and all("(decides nothing at input_ids1=1: aten.dropout.default returns the same sizes and strides "
                            "there)" in line for line in dropout), block
+
+
+def test_a_saved_trace_names_its_own_lines(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A saved trace's user is its text: its rejections and failed guards name `file.gs:line`
+    and the op of that line, never `trace line N` alone."""
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("add.gs").write_text(str(guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4)).graph))
+    pathlib.Path("cnn.py").write_text((ROOT / "examples/cnn.py").read_text())
+    assert main(["trace", "cnn.py:SmallCNN", "--shape", "x=4,3,16,16", "-o", "cnn.gs"]) == 0
+    for saved in ("add.gs", "cnn.gs"):
+        assert _check_report(capsys, ["report", saved]) > 0
+    assert main(["check", "add.gs", "--shape", "a=0", "--shape", "b=4"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("(aten.add.Tensor's shape rule) — add.gs:3  v0 = aten.add.Tensor(a, b)"), lines
+    assert lines[1].startswith("a fresh trace at these sizes stops at add.gs:3  v0 = aten.add.Tensor(a, b): "), lines
+    assert all(_names_a_user_line_and_an_op(line) is None for line in lines), lines

@@ -305,7 +305,7 @@ def _check(args: argparse.Namespace) -> int:
         print(f"ok: {'the' if len(gs) == 1 else 'all'} {plural(len(gs), 'guard')} {'holds' if len(gs) == 1 else 'hold'}")
         return 0
     values = ", ".join(f"{d}={dims[d]}" for d in failed.dims)
-    where = f"{gs._asked(min(failed.prov))} — {gs._origin(min(failed.prov))}" if failed.prov else ""
+    where = gs.failed_at(failed, dims)
     print(f"guard failed: {failed.text} ({values}){where}")
     probe = next((p for p in gs.probes if dict(p.point) == dims), None)
     if probe is not None:

@@ -166,7 +166,22 @@ def _read_graph(target: str) -> Loaded:
     graph = Graph.parse(text)
     if not len(graph):
         raise TargetError(f"{target} holds no graph (no nodes): an empty file is not a trace")
+    _located(graph, target)
     return Loaded(graph, target, "(saved graph)", True)
+
+
+def _located(graph: Graph, path: str) -> None:
+    """Each node of a tensor trace read from `path` has its line of that file as its user line (a
+    saved trace's user is its text), so guards and rejections name `path:line` and the node."""
+    from guardsolve.guards.shape import is_guard_graph
+    from guardsolve.ir.node import SourceLoc
+
+    if is_guard_graph(graph):
+        return  # NOTE: a guard graph's lines are named as its own (`guard graph line 4`)
+    where = os.path.abspath(path)
+    for n in graph.nodes:
+        if isinstance(n.meta.get("line"), int) and n.meta.get("loc") is None:
+            n.meta["loc"] = SourceLoc(where, n.meta["line"], "<saved graph>", str(n))
 
 
 def _top_level_names(path: str) -> str:

@@ -300,10 +300,39 @@ class GuardSet:
         if c is None:
             return "all guards hold"
         values = ", ".join(f"{d}={dims[d]}" for d in c.dims)
-        where = f"{self._asked(min(c.prov))} — {self._origin(min(c.prov))}" if c.prov else ""
+        where = self.failed_at(c, dims)
         probe = next((p for p in self.probes if dict(p.point) == dims), None)
         why = f"; a fresh trace at these sizes {self.rejection(probe)}" if probe is not None else ""
         return f"{c.short()} failed ({values}){where}{why}"
+
+    def failed_at(self, c: Constraint, dims: Mapping[str, int]) -> str:
+        """` (who asked) — file:line  code` of the source of failed constraint `c` that decides
+        at `dims`: a test of the program's own answered otherwise there (it always records
+        another trace), else the first source answered otherwise, else the first source; ""
+        for a constraint without sources.
+
+        >>> import torch, guardsolve
+        >>> f = lambda x: x.sin() if x.shape[0] > 1 else x.cos()
+        >>> gs = guardsolve.simplify(guardsolve.trace(f, torch.randn(5, 8)))
+        >>> gs.failed_at(gs[0], {"x0": 1, "x1": 8}).split(" — ")[0]
+        " (the program's own test of a size)"
+        """
+        if not c.prov:
+            return ""
+        flipped = [i for i in self._answered_otherwise(dims) if i in c.prov]
+        user = [i for i in flipped if self.graph.nodes[i].meta.get("user")]
+        i = (user or flipped or sorted(c.prov))[0]
+        return f" ({self._who(i)}) — {self._origin(i)}"
+
+    def _who(self, i: int) -> str:
+        """Who asked bailout `i`: `aten.add.Tensor's shape rule` (the op's, or in a saved trace
+        its node's), or the program's own test of a size."""
+        from guardsolve.ir.ops import Op
+
+        meta = self.graph.nodes[i].meta
+        node = meta.get("trace_node")
+        op = meta.get("op") or (node.params["fn"] if node is not None and node.op is Op.ATEN else None)
+        return f"{op}'s shape rule" if op else "the program's own test of a size"
 
     # -- explaining ------------------------------------------------------------------------
 
@@ -485,8 +514,7 @@ class GuardSet:
         import re
 
         reading = self._reading(i)
-        op = self.graph.nodes[i].meta.get("op")
-        who = f"{op}'s shape rule" if op else "the program's own test of a size"
+        who = self._who(i)
         named = [d for d in self.dims if re.search(rf"\b{re.escape(d)}\b", reading)]
         example = self.graph.meta.get("example") or {}
         sizes = ""
