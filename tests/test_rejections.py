@@ -223,3 +223,27 @@ def test_a_saved_trace_names_its_own_lines(tmp_path: pathlib.Path, capsys: pytes
     assert lines[0].endswith("(aten.add.Tensor's shape rule) — add.gs:3  v0 = aten.add.Tensor(a, b)"), lines
     assert lines[1].startswith("a fresh trace at these sizes stops at add.gs:3  v0 = aten.add.Tensor(a, b): "), lines
     assert all(_names_a_user_line_and_an_op(line) is None for line in lines), lines
+
+
+def test_a_miss_names_the_deciding_source_not_an_idle_one() -> None:
+    """At ids [3, 1] (no route probed there) the failed guard names the program's own test,
+    which decides, not the dropout that only asks a stride order."""
+    m = EmbedDropBranch().eval()
+    gs = guardsolve.simplify(guardsolve.trace(m, torch.randint(0, 10, (2, 16))))
+    why = gs.explain_failure(torch.randint(0, 10, (3, 1)))
+    assert why.startswith("ids1 >= 2 failed (ids1=1) (the program's own test of a size) — tests/test_rejections.py:"), why
+    assert why.endswith("return h * 2 if ids.shape[1] > 1 else h"), why
+
+
+@pytest.mark.slow
+def test_a_bert_miss_names_its_deciding_line() -> None:
+    pytest.importorskip("transformers")
+    import sys
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    import models
+
+    gs = guardsolve.simplify(guardsolve.trace(models.bert(), torch.randint(0, 100, (2, 16))))
+    why = gs.explain_failure(torch.randint(0, 100, (3, 1)))
+    assert "(the program's own test of a size) — transformers/integrations/sdpa_attention.py:148" in why, why
+    assert "dropout" not in why, why
