@@ -19,6 +19,14 @@ runs in a forked child (an eager kernel that crashes at a perturbed size takes o
 
     python benchmarks/paths.py --jobs 2 --write     # about 10 minutes on 2 cores; writes PATHS.md
     python benchmarks/paths.py --fast               # the subset tests/test_paths.py runs
+    python benchmarks/paths.py --wide --jobs 2 --write   # writes PATHS-WIDE.md
+
+`--wide` moves dims further, as a server's shapes do: besides sizes 0 and 1, each dim and each
+class of equal dims to 2, v-1, v+1 and 2v (one dim of a class moved alone sets equal dims
+apart), and each guard's boundary: for each merged guard, the point nearest the example where
+it alone is false, and one step from it on every dim (`witness.flip_points`). Its table adds a
+replay column: every input the guards accept is run through the trace's replay
+(`trace/replay.py`), whose values must equal eager's.
 """
 
 from __future__ import annotations
@@ -61,6 +69,54 @@ class Tally:
     note: str = ""
     unsound: list[str] = field(default_factory=list)
     over: list[str] = field(default_factory=list)
+    replays: int = 0
+    replay_failures: list[str] = field(default_factory=list)
+
+
+# NOTE: set once by main() before any child is forked (a flag of this script's run)
+WIDE = False
+WIDE_MAX = 40  # wide variants per program, at most
+
+
+def wide_variants(gs: Any, inputs: tuple[Any, ...]) -> list[tuple[str, tuple[Any, ...]]]:
+    """Inputs further out: each dim and class of equal dims at 2, v-1, v+1, 2v, and each merged
+    guard's boundary (where it alone fails, nearest the example) with one step either side."""
+    from guardsolve.solve.paths import _classes, _resized
+    from guardsolve.solve.witness import flip_points
+
+    example = gs.input_dims(*inputs)
+    if example is None:
+        return []
+    points: list[dict[str, int]] = []
+    for unit in [(d,) for d in example] + _classes(gs):
+        v = example[unit[0]]
+        for w in (2, v - 1, v + 1, 2 * v):
+            if w >= 0:
+                points.append({**example, **{d: w for d in unit}})
+    for flip in flip_points([c.formula for c in gs.constraints], set(gs.sizes), example, largest=4096):
+        points.append(flip)
+        points += [{**flip, d: flip[d] + k} for d in flip for k in (-1, 1) if flip[d] + k >= 0]
+    out, seen = [], {tuple(sorted(example.items()))}
+    for p in points:
+        key = tuple(sorted(p.items()))
+        if key in seen or any(v < 0 for d, v in p.items() if d in gs.sizes):
+            continue
+        seen.add(key)
+        new = [_resized(x, [p[d] for d in prm.dims]) if prm.kind == "tensor" else p[prm.name]
+               for prm, x in zip(gs.signature, inputs)]
+        if sum(x.numel() for x in new if isinstance(x, torch.Tensor)) > 4_000_000:
+            continue
+        out.append((", ".join(f"{d}={p[d]}" for d in example if p[d] != example[d]), tuple(new)))
+    return out[:WIDE_MAX]
+
+
+def _replay_differs(replay: Callable[..., Any], fn: Callable[..., Any], variant: tuple[Any, ...]) -> str | None:
+    from guardsolve.testing import outcome, same_outcome
+
+    torch.manual_seed(0)
+    expected = outcome(fn, variant)
+    torch.manual_seed(0)
+    return same_outcome(expected, outcome(replay, variant))
 
 
 def judge(kind: str, name: str, fn: Callable[..., Any], inputs: tuple[Any, ...], send: Callable[..., None]) -> Tally:
@@ -76,7 +132,13 @@ def judge(kind: str, name: str, fn: Callable[..., Any], inputs: tuple[Any, ...],
     except Exception as e:
         tally.note = f"does not trace ({type(e).__name__})"
         return tally
-    for what, variant in boundary_variants(base, inputs):
+    variants = list(boundary_variants(base, inputs)) + (wide_variants(gs, inputs) if WIDE else [])
+    replay = None
+    if WIDE:
+        from guardsolve.trace.replay import compile_replay
+
+        replay = compile_replay(t.graph, t.out_spec, t.constants)
+    for what, variant in variants:
         send(("case", what))
         try:
             torch.manual_seed(0)
@@ -94,6 +156,11 @@ def judge(kind: str, name: str, fn: Callable[..., Any], inputs: tuple[Any, ...],
             counter[f"{'accepted' if ok else 'rejected'}_{'same' if same else 'different'}"] += 1
         if gs.check(*variant) and not same:
             tally.unsound.append(what)
+        if replay is not None and gs.check(*variant):
+            why = _replay_differs(replay, fn, variant)
+            tally.replays += 1
+            if why is not None:
+                tally.replay_failures.append(f"{what}: {why}")
         if same and not gs.check(*variant):
             tally.over.append(f"{what} ({gs.explain_failure(*variant)[:120]})")
     return tally
@@ -194,6 +261,10 @@ def table(tallies: list[Tally]) -> str:
     judged = [t for t in tallies if t.merged or t.path]
     lines = ["| guards | programs | perturbed inputs eager runs | " + " | ".join(KINDS) + " | rejected_same / same |",
              "|---|---|---|" + "---|" * len(KINDS) + "---|"]
+    if WIDE:
+        replays = sum(t.replays for t in judged)
+        failed = sum(len(t.replay_failures) for t in judged)
+        lines = [f"Replay of every input the merged guards accept: {replays} replayed, {failed} differ from eager.", ""] + lines
     for label, attr in (("merged paths (default)", "merged"), ("example's path alone (explore=False)", "path")):
         total = collections.Counter()
         for t in judged:
@@ -215,6 +286,10 @@ def details(tallies: list[Tally]) -> str:
     unsound = [t for t in tallies if t.unsound]
     lines.append(f"### accepted_different (unsound): {sum(len(t.unsound) for t in unsound)}")
     lines += [f"- {t.kind} {t.name}: {', '.join(t.unsound)}" for t in unsound]
+    if WIDE:
+        failed = [t for t in tallies if t.replay_failures]
+        lines += ["", f"### replay differs from eager: {sum(len(t.replay_failures) for t in failed)}"]
+        lines += [f"- {t.kind} {t.name}: " + "; ".join(t.replay_failures[:3]) for t in failed]
     over = [t for t in tallies if t.over]
     lines += ["", f"### rejected_same (over-restrictive): {sum(len(t.over) for t in over)} in {len(over)} programs"]
     lines += [f"- {t.kind} {t.name}: " + "; ".join(t.over[:3]) + (f"; ... {len(t.over) - 3} more" if len(t.over) > 3 else "")
@@ -234,19 +309,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--fast", action="store_true", help="the subset the default tests run")
     p.add_argument("--only", help="one op, module or model by name")
-    p.add_argument("--write", action="store_true", help="write benchmarks/PATHS.md")
+    p.add_argument("--write", action="store_true", help="write benchmarks/PATHS.md (PATHS-WIDE.md with --wide)")
+    p.add_argument("--wide", action="store_true", help="also 2, v-1, v+1, 2v and each guard's boundary; a replay column")
     args = p.parse_args(argv)
+    global WIDE
+    WIDE = args.wide
     start = time.perf_counter()
     tallies = sweep(programs(args), args.jobs)
     text = table(tallies) + "\n\n" + details(tallies)
     print(text)
     print(f"\n{time.perf_counter() - start:.0f} s", file=sys.stderr)
     if args.write:
-        cmd = "python benchmarks/paths.py --jobs 2 --write"
-        (ROOT / "benchmarks" / "PATHS.md").write_text(
-            "# Guards exact to the trace: sizes 0 and 1 (benchmarks/paths.py)\n\n"
+        cmd = f"python benchmarks/paths.py{' --wide' if WIDE else ''} --jobs {args.jobs} --write"
+        title = "sizes 0, 1, 2, v-1, v+1, 2v and each guard's boundary" if WIDE else "sizes 0 and 1"
+        (ROOT / "benchmarks" / ("PATHS-WIDE.md" if WIDE else "PATHS.md")).write_text(
+            f"# Guards exact to the trace: {title} (benchmarks/paths.py)\n\n"
             f"`{cmd}`, torch {torch.__version__}, {time.perf_counter() - start:.0f} s on this machine.\n\n"
-            + (__doc__ or "").split("\n\n", 1)[1].split("Targets:")[0].strip() + "\n\n" + text + "\n")
+            + (__doc__ or "").split("\n\n", 1)[1].split("Targets:")[0].strip() + "\n\n"
+            + ((__doc__ or "").split("`--wide`", 1)[1].join(["`--wide`", ""]).strip() + "\n\n" if WIDE else "")
+            + text + "\n")
     bad = sum(len(t.unsound) for t in tallies)
     return 1 if bad else 0
 
