@@ -134,6 +134,9 @@ def test_the_vit_at_batch_1_names_the_line_that_reads_another_size(capsys: pytes
     assert "(in the trace x0=4, here x0=1)" in why, why
     miss = gs.explain_failure(torch.randn(1, 3, 16, 16))
     assert _names_a_user_line_and_an_op(miss) is None, miss
+    # NOTE: the failed guard's source is the one the route tried there names, not the first source
+    assert miss.startswith("x0 != 1 failed (x0=1) (aten.layer_norm.default's shape rule) — tests/test_rejections.py:"), miss
+    assert miss.split("; ")[0].endswith("return self.head(self.norm(t)[:, 0])"), miss
     explained = gs.explain(verbose=True).partition("another trace at these sizes (rejected):\n")[2]
     lines = [line for line in explained.splitlines() if line.startswith("    ")]
     assert lines and all(_names_a_user_line_and_an_op(line) is None for line in lines), lines

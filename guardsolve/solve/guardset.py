@@ -307,9 +307,9 @@ class GuardSet:
 
     def failed_at(self, c: Constraint, dims: Mapping[str, int]) -> str:
         """` (who asked) — file:line  code` of the source of failed constraint `c` that decides
-        at `dims`: a test of the program's own answered otherwise there (it always records
-        another trace), else the first source answered otherwise, else the first source; ""
-        for a constraint without sources.
+        at `dims`: the one a route tried there names (`rejection`), else a test of the program's
+        own answered otherwise there (it always records another trace), else the first source
+        answered otherwise, else the first source; "" for a constraint without sources.
 
         >>> import torch, guardsolve
         >>> f = lambda x: x.sin() if x.shape[0] > 1 else x.cos()
@@ -319,9 +319,14 @@ class GuardSet:
         """
         if not c.prov:
             return ""
-        flipped = [i for i in self._answered_otherwise(dims) if i in c.prov]
-        user = [i for i in flipped if self.graph.nodes[i].meta.get("user")]
-        i = (user or flipped or sorted(c.prov))[0]
+        probe = next((p for p in self.probes if dict(p.point) == dict(dims)), None)
+        named = self._decisive(probe) if probe is not None else None
+        if named is not None and named[0] in c.prov:
+            i = named[0]  # NOTE: the source the route tried at these very sizes stops or differs at
+        else:
+            flipped = [i for i in self._answered_otherwise(dims) if i in c.prov]
+            user = [i for i in flipped if self.graph.nodes[i].meta.get("user")]
+            i = (user or flipped or sorted(c.prov))[0]
         return f" ({self._who(i)}) — {self._origin(i)}"
 
     def _who(self, i: int) -> str:
@@ -499,14 +504,22 @@ class GuardSet:
         decided otherwise: a0 == b0 by aten.add.Tensor's shape rule (in the trace a0=4, b0=4, here a0=0, b0=4) on that line
         """
         text = probe.because()
+        found = self._decisive(probe)
+        if found is None:
+            return text
+        i, at_line = found
+        return f"{text}; {self._decision(i, probe.point, at_line=at_line)}"
+
+    def _decisive(self, probe: Any) -> tuple[int, bool] | None:
+        """The example's bailout a rejected route answers otherwise that its rejection names: the
+        first one on the line where its trace stops or differs (then True), else the first one."""
         flips = self._answered_otherwise(probe.point)
         if not flips:
-            return text
+            return None
         loc = getattr(probe.why, "loc", None)
         at = str(loc).split("  ", 1)[0] if loc is not None else None
         here = [i for i in flips if at is not None and self._origin(i).split("  ", 1)[0] == at]
-        i = (here or flips)[0]
-        return f"{text}; {self._decision(i, probe.point, at_line=bool(here))}"
+        return (here or flips)[0], bool(here)
 
     def _decision(self, i: int, point: Mapping[str, int], at_line: bool = False) -> str:
         """Bailout `i`, answered otherwise at `point`: what it asserts, who asked it, the sizes
