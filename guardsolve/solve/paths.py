@@ -122,7 +122,7 @@ class Exploration:
         """One line: how many points were tried, merged and rejected, and how each was decided.
 
         >>> Exploration(paths=[], probes=[], traces=1, replayed=2, seconds=0.004).summary()
-        'tried 0 points (sizes 0 and 1, each decision's other side) in 4.0 ms: 0 merged, 0 rejected'
+        "tried 0 points (sizes 0 and 1, each decision's other side) in 4.0 ms: 0 merged, 0 rejected"
         """
         tried = len(self.paths) + len(self.probes)
         ran = self.traces + self.replayed
