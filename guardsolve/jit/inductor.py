@@ -107,12 +107,13 @@ class Variant:
     loaded: bool = False
     plain: bool = False  # no mutation, no output aliasing an input: Inductor's call is run directly
     _hits: Counter = field(default_factory=Counter, repr=False)
+    # NOTE: the compiled check, bound once: every call of the guarded function reads it
+    check: Callable[..., bool] = field(init=False, repr=False)
 
-    @property
-    def check(self) -> Callable[..., bool]:
+    def __post_init__(self) -> None:
         c = self.guards._check
         assert c is not None
-        return c
+        self.check = c
 
     @property
     def hits(self) -> int:
