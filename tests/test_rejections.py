@@ -4,7 +4,7 @@ never trace line numbers alone; so do `explain(verbose=True)` and `explain_failu
 
 The programs are the examples and real models (`examples/models.py`), and a small ViT-like
 model (conv patches, a class token concatenated with `expand(x.shape[0], -1, -1)`, LayerNorm,
-`[:, 0]`), whose batch 1 reads another size at `[:, 0]`.
+`[:, 0]`), whose guards are exactly its channel and patch counts.
 """
 
 from __future__ import annotations
@@ -119,24 +119,27 @@ def test_every_rejection_line_names_a_user_line_and_an_op(target: list[str], cap
     _check_report(capsys, ["report", *target])
 
 
-def test_the_vit_at_batch_1_names_the_line_that_reads_another_size(capsys: pytest.CaptureFixture[str],
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Batch 1 reads size 1 of the LayerNorm's output at `[:, 0]` where the trace reads size 0:
-    the rejection names that line and the op, then the decision answered otherwise, with the
-    sizes on both sides; never the trace's own line alone."""
+def test_the_vits_guards_are_its_patch_count_and_a_rejection_names_the_add_that_decides(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch 1 records the trace batch 4 records (the class token's `expand` keeps the batch
+    symbol), and so does any height and width giving 16 patches (`[4, 3, 4, 64]`, where the
+    patch grid is 1 high): the guards are the channel count and the patch count the position
+    table fits. A size with another patch count is rejected at the `+ self.pos` line by
+    `aten.add.Tensor`, with the sizes on both sides; never the trace's own line alone."""
     monkeypatch.chdir(ROOT)
-    assert _check_report(capsys, ["report", f"{HERE.relative_to(ROOT)}:TinyViT", "--shape", "x=4,3,16,16"]) > 0
+    _check_report(capsys, ["report", f"{HERE.relative_to(ROOT)}:TinyViT", "--shape", "x=4,3,16,16"])
     gs = guardsolve.simplify(guardsolve.trace(TinyViT().eval(), torch.randn(4, 3, 16, 16)))
-    probe = next(p for p in gs.probes if dict(p.point) == {"x0": 1, "x1": 3, "x2": 16, "x3": 16})
+    assert [c.text for c in gs] == ["x1 == 3", "(x2 // 4)*(x3 // 4) == 16"], str(gs)
+    assert gs.check(torch.randn(1, 3, 16, 16)) and gs.check(torch.randn(4, 3, 4, 64)) and gs.check(torch.randn(2, 3, 19, 17))
+    probe = next(p for p in gs.probes if dict(p.point) == {"x0": 4, "x1": 3, "x2": 15, "x3": 16})
     why = gs.rejection(probe)
-    assert why.startswith("records another trace from tests/test_rejections.py:"), why
-    assert "return self.head(self.norm(t)[:, 0]): a read of .shape[1] records" in why, why
-    assert "(in the trace x0=4, here x0=1)" in why, why
-    miss = gs.explain_failure(torch.randn(1, 3, 16, 16))
+    assert why.startswith("stops at tests/test_rejections.py:"), why
+    assert "t = t + self.pos: aten.add.Tensor's shape rule rejects these sizes" in why, why
+    assert "(in the trace x2=16, x3=16, here x2=15, x3=16)" in why, why
+    miss = gs.explain_failure(torch.randn(4, 3, 16, 20))
     assert _names_a_user_line_and_an_op(miss) is None, miss
-    # NOTE: the failed guard's source is the one the route tried there names, not the first source
-    assert miss.startswith("x0 != 1 failed (x0=1) (aten.layer_norm.default's shape rule) — tests/test_rejections.py:"), miss
-    assert miss.split("; ")[0].endswith("return self.head(self.norm(t)[:, 0])"), miss
+    assert miss.startswith("(x2 // 4)*(x3 // 4) == 16 failed (x2=16, x3=20) (aten.add.Tensor's shape rule) — "
+                           "tests/test_rejections.py:"), miss
     explained = gs.explain(verbose=True).partition("another trace at these sizes (rejected):\n")[2]
     lines = [line for line in explained.splitlines() if line.startswith("    ")]
     assert lines and all(_names_a_user_line_and_an_op(line) is None for line in lines), lines

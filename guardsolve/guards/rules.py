@@ -27,7 +27,8 @@ from torch.utils._pytree import tree_map
 from guardsolve.errors import UnsupportedOpError
 from guardsolve.guards.symbolic import ITEM_DATA, Recorder, SymGuard
 from guardsolve.ir.aten import qualified_name
-from guardsolve.ir.flat import flatten
+from guardsolve.ir.flat import flatten, unflatten
+from guardsolve.ir.ops import Op
 
 # NOTE: FakeTensor's list: view_copy ops and these have C++ meta kernels that accept SymInts.
 _CPP_SYMINT = frozenset({
@@ -610,6 +611,8 @@ class RuleCache:
         try:
             out = shape_rule(func, args, kwargs, rec)
             guards = rec.capture
+            if guards and not func._schema.is_mutable:
+                out = sizes_stay_symbols(rec, args, kwargs, out, guards)
         finally:
             captured, rec.capture = rec.capture, outer
             if outer is not None:
@@ -617,6 +620,81 @@ class RuleCache:
         if key is not None and all(_cacheable(x) for x in flatten(out)[0]):
             self.entries[key] = (out, guards)
         return out
+
+
+def _pinned_here(rec: Recorder, node: SymGuard, c: int, decided: list[tuple[str, bool]]) -> bool:
+    """Did this rule decide `node == c` (as `node == c` true or `node != c` false)?"""
+    const = rec._memo.get(("const", int, c))
+    if const is None or node.g is None:
+        return False
+    for op, expect in ((Op.INT_EQ, True), (Op.INT_NE, False)):
+        for key in ((op, node.g, const), (op, const, node.g)):
+            g = rec._memo.get(key)
+            if g is not None and (g, expect) in decided:
+                return True
+    return False
+
+
+def _size_rows(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[list[Any]]:
+    """The sizes an op's output dims may come from: each tensor argument's, each list of sizes."""
+    rows: list[list[Any]] = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            rows.append(list(a.shape))
+        elif isinstance(a, (list, tuple)) and a and all(isinstance(x, (int, torch.SymInt)) for x in a):
+            rows.append(list(a))
+        elif isinstance(a, (list, tuple)):
+            rows.extend(list(x.shape) for x in a if isinstance(x, torch.Tensor))
+    return rows
+
+
+def sizes_stay_symbols(rec: Recorder, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
+                       decided: list[tuple[str, bool]]) -> Any:
+    """`out` with each output size that PyTorch's rule made a constant 0 or 1 because a symbol
+    was that value put back as that symbol.
+
+    A rule that finds `x0 == 1` picks either side: a broadcast of `[x0, 8]` with a `[1, 8]`
+    weight takes the weight's 1, `w.expand(x0, -1)` keeps `w`'s own 1. The value is the same
+    (the rule's decision is a bailout of the trace), but a constant flows on: user code that
+    reads the size records `1` where any other batch records a symbol, and later rules skip
+    ops at a size known to be 1. The symbol is the one at the same place from the right in a
+    tensor argument or a list of sizes, decided equal to that constant by this rule; where
+    none or several are, the constant stays. So batch 1 records the trace batch 2 records.
+    """
+    leaves, spec = flatten(out)
+    if not any(isinstance(m, torch.Tensor) and any(type(s) is int and s in (0, 1) for s in m.shape)
+               for m in leaves):
+        return out
+    rows = _size_rows(args, kwargs)
+    changed = False
+    for k, m in enumerate(leaves):
+        if not isinstance(m, torch.Tensor) or m.device.type != "meta":
+            continue
+        sizes = list(m.shape)
+        moved = False
+        for i, s in enumerate(sizes):
+            if type(s) is not int or s not in (0, 1):
+                continue
+            found: dict[str, Any] = {}
+            for row in rows:
+                j = i - (len(sizes) - len(row))
+                x = row[j] if 0 <= j < len(row) else None
+                if (isinstance(x, torch.SymInt) and isinstance(x.node, SymGuard) and not x.node.const
+                        and x.node.lazy is None and x.node.data is None and x.node.hint == s
+                        and _pinned_here(rec, x.node, s, decided)):
+                    found[x.node.g] = x
+            if len(found) == 1:
+                sizes[i] = next(iter(found.values()))
+                moved = True
+        if moved:
+            muted, rec.muted = rec.muted, True  # NOTE: a new view of our stand-in asks nothing of user code
+            try:
+                with _disable_current_modes():
+                    leaves[k] = m.as_strided(sizes, m.stride(), m.storage_offset())
+            finally:
+                rec.muted = muted
+            changed = True
+    return unflatten(leaves, spec) if changed else out
 
 
 def _sym(v: Any) -> Any:

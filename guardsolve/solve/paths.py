@@ -324,8 +324,31 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
         return out
 
     local = LocalReplay.of(t)
+    # NOTE: ops of the trace that are identities at some sizes (an `expand` to the tensor's own
+    # size, a full `slice`): where one is an identity at a point and not at the example, a route
+    # that leaves it out (or one the trace's own decisions skip there) may compute the same
+    from guardsolve.trace.identity import candidates, holding, same_but_identities, values_at
+
+    ids = candidates(t)
+    at_example = {i.out for i in holding(ids, values_at(t.recorded.nodes, example))} if ids else set()
+
+    def identities_here(point: Mapping[str, int]) -> bool:
+        return bool(ids) and any(i.out not in at_example for i in holding(ids, values_at(t.recorded.nodes, point)))
 
     def probe(point: Mapping[str, int]) -> Outcome:
+        got = _probe(point)
+        if got[0] != "other" or not identities_here(point):
+            return got
+        # NOTE: the route differs: trace it whole, and compare with the identities set aside
+        out.traces += 1
+        try:
+            u = _trace(t.fn, _inputs_at(t, point), t.value_guards)
+        except Exception:
+            return got
+        g = same_but_identities(t, u, point)
+        return got if g is None else ("same", g, tuple(u.graph.meta.get("value_flips", ())))
+
+    def _probe(point: Mapping[str, int]) -> Outcome:
         inputs = _inputs_at(t, point)
         if local is not None:
             got = local(point, inputs)
@@ -351,7 +374,7 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
 
     rng = torch.random.get_rng_state()
     try:
-        return _search(out, example, base, probe, reduce, limit, size=len(t.graph.nodes))
+        return _search(out, example, base, probe, reduce, limit, size=len(t.graph.nodes), widen=identities_here)
     finally:
         torch.random.set_rng_state(rng)  # NOTE: the probes' random ops leave the user's stream as it was
 
@@ -359,9 +382,14 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
 def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, limit: int | None = None
                   ) -> Exploration:
     """The routes of a saved tensor trace (no function to trace again): its own ops replayed
-    with PyTorch's shape rules at sizes 0 and 1. The trace is the program, so a replay that
-    runs through, every recorded decision of the user's code answered as recorded, is a route
-    of the same trace; its guard graph is that route's path condition."""
+    with PyTorch's shape rules at sizes 0 and 1, as `explore` traces the function again.
+
+    The trace is the program: a replay that runs through, every recorded decision of the
+    user's code answered as recorded and every size the user's code reads read as recorded (a
+    size where the trace reads one, not a constant: `pytorch.ReadsOtherwise`), records the
+    same trace, and its guard graph is that route's path condition. A replay that stops (a
+    rule rejects the sizes, a decision or a read answers otherwise) rejects the region of
+    every point that makes the decisions it made up to there, as a fresh trace's does."""
     from guardsolve.guards.pytorch import pytorch_guard_graph, signature_of
 
     out = Exploration()
@@ -376,17 +404,72 @@ def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, li
             example.update(zip(next(p.dims for p in signature if p.name == n.params["name"]), shape))
         elif n.op is Op.INT_ARG:
             example[n.params["name"]] = n.params.get("val", 0)
+    reads: dict[str, Any] = {}
+    try:
+        pytorch_guard_graph(graph, signature, reads=reads)  # NOTE: what the user's code reads at the example
+    except Exception as e:  # NOTE: `simplify` replayed it already; an error here is its own
+        out.skipped = f"the trace does not replay at its example ({type(e).__name__}: {e})"
+        return out
 
     def probe(point: Mapping[str, int]) -> Outcome:
         out.traces += 1
         try:
-            gg = pytorch_guard_graph(_graph_at(graph, signature, point), signature)
+            gg = pytorch_guard_graph(_graph_at(graph, signature, point), signature, expect=reads)
         except Exception as e:
-            return ("other", _why_not(e), None)
+            prefix = getattr(e, "prefix_guards", None)
+            decided = (prefix is not None and _replay_decided(e) and not _on_data(prefix)
+                       and not _inside(prefix, example))
+            if 0 in point.values() and _rejected_by_rule(e):
+                # NOTE: as a live probe's rejection at a size 0, found on plain meta tensors
+                # (`LocalReplay._stops`): outside the probe budget, and with no region
+                out.stopped += 1
+                decided = False
+            return ("other", _replay_why(e), prefix if decided else None)
         gg.meta["static"] = graph.meta.get("static", ())
         return ("same", gg)
 
     return _search(out, example, base, probe, reduce, limit, size=len(graph.nodes))
+
+
+def _replay_decided(e: BaseException) -> bool:
+    """Does a saved trace's replay stop for the decisions it recorded before (so that every
+    point making them stops the same way)? A decision of the trace answered otherwise does, a
+    read answered otherwise, and a shape rule that rejects the sizes (its checks are recorded
+    decisions); a decision on tensor data, or an op the rules cannot run, need not."""
+    from guardsolve.errors import GuardFailure, UnsupportedOpError
+    from guardsolve.guards.pytorch import ReadsOtherwise
+
+    if isinstance(e, (GuardFailure, ReadsOtherwise)):
+        return True
+    if not isinstance(e, UnsupportedOpError) or not e.reason.startswith("PyTorch's shape rule fails while replaying"):
+        return False
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+    return not isinstance(e.__cause__, (DataDependentOutputException, DynamicOutputShapeException))
+
+
+def _rejected_by_rule(e: BaseException) -> bool:
+    """Did a shape rule reject the sizes (not a decision of the trace, nor data)?"""
+    from guardsolve.errors import UnsupportedOpError
+
+    return (isinstance(e, UnsupportedOpError) and e.reason.startswith("PyTorch's shape rule fails while replaying")
+            and _replay_decided(e))
+
+
+def _replay_why(e: BaseException) -> Any:
+    """A saved trace's replay that stops, said as a fresh trace's rejection (`_why_not`)."""
+    from guardsolve.errors import GuardFailure
+    from guardsolve.guards.pytorch import ReadsOtherwise
+    from guardsolve.trace.why import Why, node_op
+
+    if isinstance(e, ReadsOtherwise):
+        return Why(str(e), e.loc, node_op(e.node))
+    if isinstance(e, GuardFailure) and getattr(e, "node", None) is not None:
+        loc = e.node.meta.get("loc")
+        at = f" at {loc}" if loc is not None else ""
+        return Why(f"records another trace{at}: the program's own test of a size answers otherwise", loc,
+                   node_op(e.node))
+    return _why_not(e)
 
 
 def _graph_at(graph: Graph, signature: Any, point: Mapping[str, int]) -> Graph:
@@ -406,10 +489,12 @@ def _graph_at(graph: Graph, signature: Any, point: Mapping[str, int]) -> Graph:
 
 
 def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callable[[Mapping[str, int]], Outcome],
-            reduce: Callable[[Graph], Any], limit: int | None, size: int = SMALL_TRACE + 1) -> Exploration:
+            reduce: Callable[[Graph], Any], limit: int | None, size: int = SMALL_TRACE + 1,
+            widen: Callable[[Mapping[str, int]], bool] | None = None) -> Exploration:
     """The points to probe, in order (each dim and class at 0 and 1, then mixes, then the
     neighbours of every point that merged), skipping those a known route accepts or a known
-    region rejects; at most `limit` probes."""
+    region rejects (unless `widen` says an op of the trace is an identity there, which a
+    route may leave out); at most `limit` probes."""
     if len(example) > MAX_DIMS:
         out.skipped = f"{len(example)} input dims (more than {MAX_DIMS}: too many routes to try)"
         return out
@@ -456,11 +541,12 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
             if any(ok(point) for ok in accepts):
                 queue.extend(_candidates(example, units, point))
                 continue
-            asked = _decided_otherwise(user, point)
+            wide = widen is not None and widen(point)
+            asked = _decided_otherwise(user, point) if not wide else None
             if asked is not None:
                 out.probes.append(Probe(point, changed, asked))
                 continue
-            known = next((g for g in rejects if _inside(g, point)), None)
+            known = next((g for g in rejects if _inside(g, point)), None) if not wide else None
             if known is not None:
                 out.probes.append(Probe(point, changed, known.meta["why"], known.meta["probe"]))
                 continue

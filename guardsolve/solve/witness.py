@@ -21,7 +21,7 @@ from __future__ import annotations
 from types import CodeType, FunctionType
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
-from guardsolve.guards.expr import Div, Formula, Poly, Rel, negate, rel  # noqa: F401 - rel: doctest
+from guardsolve.guards.expr import And, Div, Formula, Or, Poly, Rel, divide, negate, rel  # noqa: F401 - rel, divide: doctests
 from guardsolve.solve.constraint import DimOrder, render_formula
 
 
@@ -73,7 +73,18 @@ def _coefficient(p: Poly, d: str, point: Mapping[str, int]) -> int | None:
 
 
 def _boundary(f: Formula, d: str, point: Mapping[str, int]) -> Iterator[int]:
-    """Values of `d` that make a linear `f` false, the others held at `point`."""
+    """Values of `d` that make a linear `f` false, the others held at `point`; for `or` and
+    `and`, each part's, nearest first (any false part makes an `and` false; an `or` is false
+    between its parts' boundaries: `(x <= 3) or (x >= 8)` at 7 and at 4).
+
+    >>> x = Poly.var("x")
+    >>> list(_boundary(Or(frozenset({rel("le", x, Poly.const(3)), rel("le", Poly.const(8), x)})), "x", {"x": 16}))
+    [7, 4]
+    """
+    if isinstance(f, (Or, And)):
+        values = {v for part in f.args for v in _boundary(part, d, point)}
+        yield from sorted(values, key=lambda v: (abs(v - point[d]), v))
+        return
     if not isinstance(f, Rel):
         return
     try:
@@ -367,6 +378,57 @@ def flip_points(formulas: Sequence[Formula], sizes: set[str], example: Mapping[s
     out: list[dict[str, int]] = []
     for i in range(len(formulas)):
         p = w.find(i, active)
+        if p is None:
+            p = solver_flip(formulas, i, sizes, example, largest)
         if p is not None and all(abs(v) <= largest for v in p.values()) and dict(p) not in out:
             out.append(dict(p))
     return out
+
+
+def solver_flip(formulas: Sequence[Formula], i: int, sizes: set[str], example: Mapping[str, int],
+                largest: int = 1 << 20, timeout_ms: int = 200) -> dict[str, int] | None:
+    """A point where `formulas[i]` alone is false, asked of z3 where local moves find none:
+    first moving only the dims it reads, then those of the formulas that share a dim with it
+    (and so on), each time within a box around `example` that widens (8, 64, 1024, `largest`)
+    so the point found is near. None where z3 finds none in time.
+
+    >>> x2, x3 = Poly.var("x2"), Poly.var("x3")
+    >>> patches = rel("eq", Poly.const(16), divide("floordiv", x2, Poly.const(4)) * divide("floordiv", x3, Poly.const(4)))
+    >>> solver_flip([rel("le", Poly.const(8), x2), patches], 0, {"x2", "x3"}, {"x2": 16, "x3": 16})
+    {'x2': 4, 'x3': 64}
+    """
+    import z3
+
+    from guardsolve.solve.smt import formula_to_z3, z3_vars
+
+    ctx = z3.Context()
+    var = z3_vars(ctx)
+    dims = sorted({d for f in formulas for d in f.dims()})
+    if any(d not in example for d in dims):
+        return None
+    s = z3.Solver(ctx=ctx)
+    s.set("timeout", timeout_ms)
+    s.add(z3.Not(formula_to_z3(formulas[i], var)))
+    s.add(*[formula_to_z3(f, var) for j, f in enumerate(formulas) if j != i])
+    s.add(*[var(d) >= 0 for d in dims if d in sizes])
+    moved = set(formulas[i].dims())
+    while True:
+        for box in (8, 64, 1024, largest):
+            s.push()
+            for d in dims:
+                if d in moved:
+                    s.add(var(d) >= example[d] - box, var(d) <= example[d] + box)
+                else:
+                    s.add(var(d) == example[d])
+            got = s.check()
+            if got == z3.sat:
+                m = s.model()
+                return {d: (m.eval(var(d), model_completion=True).as_long() if d in dims else v)
+                        for d, v in example.items()}
+            s.pop()
+            if got == z3.unknown:
+                return None
+        more = moved | {d for f in formulas if set(f.dims()) & moved for d in f.dims()}
+        if more == moved:
+            return None
+        moved = more
