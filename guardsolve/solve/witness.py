@@ -21,7 +21,7 @@ from __future__ import annotations
 from types import CodeType, FunctionType
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
-from guardsolve.guards.expr import And, Div, Formula, Or, Poly, Rel, divide, negate, rel  # noqa: F401 - rel, divide: doctests
+from guardsolve.guards.expr import And, Div, Formula, Or, Poly, Rel, negate, rel  # noqa: F401 - rel: doctest
 from guardsolve.solve.constraint import DimOrder, render_formula
 
 
@@ -355,10 +355,12 @@ class Witnesses:
 
 
 def flip_points(formulas: Sequence[Formula], sizes: set[str], example: Mapping[str, int],
-                largest: int = 1 << 20) -> list[dict[str, int]]:
+                largest: int = 1 << 20, fallback: Callable[[int], dict[str, int] | None] | None = None
+                ) -> list[dict[str, int]]:
     """For each formula, a point near `example` where it alone is false (the other side of
     that decision, every other one kept), by the same one- and two-dim moves as `find`; where
-    none is found, or a dim would exceed `largest`, that formula has none.
+    none is found, `fallback(i)` (a solver's) if given; where a dim would exceed `largest`,
+    that formula has none.
 
     >>> x0 = Poly.var("x0")
     >>> flip_points([rel("le", x0, Poly.const(1))], {"x0"}, {"x0": 1})
@@ -378,57 +380,8 @@ def flip_points(formulas: Sequence[Formula], sizes: set[str], example: Mapping[s
     out: list[dict[str, int]] = []
     for i in range(len(formulas)):
         p = w.find(i, active)
-        if p is None:
-            p = solver_flip(formulas, i, sizes, example, largest)
+        if p is None and fallback is not None:
+            p = fallback(i)
         if p is not None and all(abs(v) <= largest for v in p.values()) and dict(p) not in out:
             out.append(dict(p))
     return out
-
-
-def solver_flip(formulas: Sequence[Formula], i: int, sizes: set[str], example: Mapping[str, int],
-                largest: int = 1 << 20, timeout_ms: int = 200) -> dict[str, int] | None:
-    """A point where `formulas[i]` alone is false, asked of z3 where local moves find none:
-    first moving only the dims it reads, then those of the formulas that share a dim with it
-    (and so on), each time within a box around `example` that widens (8, 64, 1024, `largest`)
-    so the point found is near. None where z3 finds none in time.
-
-    >>> x2, x3 = Poly.var("x2"), Poly.var("x3")
-    >>> patches = rel("eq", Poly.const(16), divide("floordiv", x2, Poly.const(4)) * divide("floordiv", x3, Poly.const(4)))
-    >>> solver_flip([rel("le", Poly.const(8), x2), patches], 0, {"x2", "x3"}, {"x2": 16, "x3": 16})
-    {'x2': 4, 'x3': 64}
-    """
-    import z3
-
-    from guardsolve.solve.smt import formula_to_z3, z3_vars
-
-    ctx = z3.Context()
-    var = z3_vars(ctx)
-    dims = sorted({d for f in formulas for d in f.dims()})
-    if any(d not in example for d in dims):
-        return None
-    s = z3.Solver(ctx=ctx)
-    s.set("timeout", timeout_ms)
-    s.add(z3.Not(formula_to_z3(formulas[i], var)))
-    s.add(*[formula_to_z3(f, var) for j, f in enumerate(formulas) if j != i])
-    s.add(*[var(d) >= 0 for d in dims if d in sizes])
-    moved = set(formulas[i].dims())
-    while True:
-        for box in (8, 64, 1024, largest):
-            s.push()
-            for d in dims:
-                if d in moved:
-                    s.add(var(d) >= example[d] - box, var(d) <= example[d] + box)
-                else:
-                    s.add(var(d) == example[d])
-            got = s.check()
-            if got == z3.sat:
-                m = s.model()
-                return {d: (m.eval(var(d), model_completion=True).as_long() if d in dims else v)
-                        for d, v in example.items()}
-            s.pop()
-            if got == z3.unknown:
-                return None
-        more = moved | {d for f in formulas if set(f.dims()) & moved for d in f.dims()}
-        if more == moved:
-            return None
-        moved = more
