@@ -278,6 +278,7 @@ def bench_real(repeats: int, names: list[str] | None = None) -> list[dict[str, A
         rows.append({"model": name, "t_gs": t_gs, "t_path": t_path, "path_guards": len(gs_path),
                      "probes": gs.exploration.traces if gs.exploration else 0, "routes": len(gs.paths),
                      "replayed": gs.exploration.replayed if gs.exploration else 0,
+                     "explore_share": max(0.0, t_gs - t_path) / t_gs,  # NOTE: probing and merging the routes
                      "t_export": t_ex, "t_fx": t_fx, "gs_guards": len(gs),
                      "fx_guards": len(fx_guards), "bailouts": len(t.guard_graph().bailouts()), "ops": sum(
                          1 for n in t.graph if n.op.value == "aten")})
@@ -489,8 +490,10 @@ def real_table(real: list) -> list[str]:
 def paths_table(real: list) -> list[str]:
     return table("paths: trace + simplify with and without merging the routes that record the same trace",
                  ["model", "example's path alone (explore=False)", "merged routes (default)", "merged / path alone",
-                  "points probed: replayed call by call / traced again", "routes merged", "guards: path → merged"],
+                  "exploring and merging: share of the default", "points probed: replayed call by call / traced again",
+                  "routes merged", "guards: path → merged"],
                  [[r["model"], fmt(r["t_path"]), fmt(r["t_gs"]), ratio(r["t_gs"], r["t_path"]),
+                   f"{r.get('explore_share', 0):.0%}",
                    f"{r.get('replayed', 0)} / {r['probes']}", r["routes"], f"{r['path_guards']} → {r['gs_guards']}"]
                   for r in real])
 
@@ -531,9 +534,12 @@ def targets(mixed: list, chains: list, checks: list, scale: list, real: list, ne
         mark(min(r["t_fx"], r["t_export"]) / r["t_path"] >= 5,
              f"real {r['model']}: trace + simplify (example's path) ≥ 5× faster than make_fx symbolic "
              f"({ratio(r['t_fx'], r['t_path'])}) and torch.export ({ratio(r['t_export'], r['t_path'])})")
-        mark(min(r["t_fx"], r["t_export"]) / r["t_gs"] >= 5,
-             f"real {r['model']}: trace + simplify exact to the trace (merged routes, the default) ≥ 5× faster than "
-             f"make_fx symbolic ({ratio(r['t_fx'], r['t_gs'])}) and torch.export ({ratio(r['t_export'], r['t_gs'])})")
+        # NOTE: issue 38 retires issue 26's ≥ 5× for the merged routes: exploring the other side of
+        # every decision traces again; end to end it must never be slower than either PyTorch tool
+        mark(min(r["t_fx"], r["t_export"]) / r["t_gs"] >= 1,
+             f"real {r['model']}: trace + simplify exact to the trace (merged routes, the default) never slower than "
+             f"make_fx symbolic ({ratio(r['t_fx'], r['t_gs'])}) or torch.export ({ratio(r['t_export'], r['t_gs'])}); "
+             f"exploring and merging routes {r.get('explore_share', 0):.0%} of it")
 
     for r in mixed:
         mark(r["t_pt"] / r["t_gs"] >= 10,
