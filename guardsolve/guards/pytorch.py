@@ -72,6 +72,54 @@ def meta_input(rec: Recorder, p: Param, shape: tuple[int, ...] | torch.Size, dty
         rec.muted = False
 
 
+class ReadsOtherwise(TraceError):
+    """A replay at other sizes where user code reads another value than the trace records:
+    a size the trace reads (`size_index(s3, index=2)`) that is a constant here (a fresh trace
+    records `int_const(val=4)` there instead), or the other way round. `node` is the trace's
+    read, `got` and `was` what it reads here and in the trace (`_read_value`)."""
+
+    def __init__(self, node: Node, got: Any, was: Any, loc: Any = None) -> None:
+        def what(v: Any) -> str:
+            if isinstance(v, tuple):
+                return "[" + ", ".join("a size" if x == "symbolic" else str(x) for x in v) + "]"
+            return "a size" if v == "symbolic" else f"the constant {v}"
+
+        line = node.meta.get("line")
+        at = f" at {loc}" if loc is not None else ""
+        super().__init__(f"records another trace{at}: user code reads {what(got)} where the trace reads {what(was)} "
+                         f"(`{node}`" + (f", trace line {line})" if line is not None else ")"))
+        self.node, self.got, self.was, self.loc = node, got, was, loc
+
+
+class _Read(tuple):  # type: ignore[type-arg]
+    """A tensor's sizes or strides as user code reads them (a `var_size` or `var_stride` node)."""
+
+
+def _read_value(v: Any) -> Any:
+    """What user code gets from a read: "symbolic" (a trace node of its own), or the constant;
+    a tuple of those for a tensor's sizes or strides.
+
+    >>> _read_value((torch.SymInt(SymGuard(Recorder(None), 3, int, "x0")), 8))
+    ('symbolic', 8)
+    """
+    if isinstance(v, tuple):
+        return tuple(map(_read_value, v))
+    if isinstance(v, torch.SymInt):
+        return v.node.hint if getattr(v.node, "const", False) else "symbolic"
+    return v
+
+
+def _reads_as(got: Any, was: Any) -> bool:
+    """Does user code read `got` here as it read `was` in the trace? A size read (`size_index`)
+    must be the same (a symbol, or the same constant). Of a tensor's sizes or strides read whole
+    (`var_size`), each constant stays that constant: the trace holds what user code computed
+    from it (a literal argument, a test it made in Python), where a symbol records nodes."""
+    if isinstance(was, tuple):
+        return isinstance(got, tuple) and len(got) == len(was) and all(
+            w == "symbolic" or g == w for g, w in zip(got, was))
+    return got == was
+
+
 class _Opaque:
     """A tensor's truth value in the guard graph: data, not shape."""
 
@@ -81,10 +129,25 @@ class _Opaque:
         self.name = name
 
 
-def pytorch_rules(rec: Recorder, signature: tuple[Param, ...]) -> RuleTable:
-    """Rules mapping tensors to meta tensors over SymInts and recording guards into `rec.guards`."""
+def pytorch_rules(rec: Recorder, signature: tuple[Param, ...], reads: dict[str, Any] | None = None,
+                  expect: dict[str, Any] | None = None) -> RuleTable:
+    """Rules mapping tensors to meta tensors over SymInts and recording guards into `rec.guards`.
+
+    `reads` collects what user code reads at each size read of the trace (`_read_value`: a
+    symbol, or the constant); with `expect` (the example's), a read that differs raises
+    `ReadsOtherwise`, as a fresh trace records another node there.
+    """
     dims = {p.name: p for p in signature}
     current: dict[str, Node] = {}
+
+    def read(v: Any) -> Any:
+        node = current["node"]
+        name, got = node.outputs[0], _read_value(v)
+        if reads is not None:
+            reads[name] = got
+        if expect is not None and name in expect and not _reads_as(got, expect[name]):
+            raise ReadsOtherwise(node, got, expect[name], rec.loc)
+        return v
 
     def enter(node: Node) -> None:
         current["node"] = node
@@ -131,7 +194,11 @@ def pytorch_rules(rec: Recorder, signature: tuple[Param, ...]) -> RuleTable:
             return
         if isinstance(b, torch.SymBool) and b.node.data is not None:
             return  # NOTE: a check on a value read from tensor data: the replay makes it
-        got = b.node.guard_bool("", 0) if isinstance(b, torch.SymBool) else bool(b)
+        extra, rec.extra = rec.extra, {**rec.extra, "user": True}  # NOTE: the program's own decision, as a trace records it
+        try:
+            got = b.node.guard_bool("", 0) if isinstance(b, torch.SymBool) else bool(b)
+        finally:
+            rec.extra = extra
         if got != expect:
             raise GuardFailure(expect)
 
@@ -143,10 +210,10 @@ def pytorch_rules(rec: Recorder, signature: tuple[Param, ...]) -> RuleTable:
         Op.VAR_PLACEHOLDER: placeholder,
         Op.INT_ARG: int_arg,
         Op.VAR_PARAM: param,
-        Op.VAR_SIZE: lambda t: t.shape,
-        Op.VAR_STRIDE: lambda t: t.stride(),
-        Op.VAR_STORAGE_OFFSET: lambda t: t.storage_offset(),
-        Op.SIZE_INDEX: lambda s, *, index: s[index],
+        Op.VAR_SIZE: lambda t: read(_Read(t.shape)),
+        Op.VAR_STRIDE: lambda t: read(_Read(t.stride())),
+        Op.VAR_STORAGE_OFFSET: lambda t: read(t.storage_offset()),
+        Op.SIZE_INDEX: lambda s, *, index: read(s[index]) if isinstance(s, _Read) else s[index],
         Op.SIZE_CTOR: lambda *ds: list(ds),
         Op.INT_CONST: lambda *, val: val,
         Op.BOOL_CONST: lambda *, val: val,
@@ -161,15 +228,29 @@ def pytorch_rules(rec: Recorder, signature: tuple[Param, ...]) -> RuleTable:
     }, enter)
 
 
-def pytorch_guard_graph(graph: Graph, signature: tuple[Param, ...]) -> Graph:
-    """The guard graph of a tensor trace of PyTorch ops, by replaying it with PyTorch's rules."""
+def pytorch_guard_graph(graph: Graph, signature: tuple[Param, ...], *, reads: dict[str, Any] | None = None,
+                        expect: dict[str, Any] | None = None) -> Graph:
+    """The guard graph of a tensor trace of PyTorch ops, by replaying it with PyTorch's rules
+    (`reads`, `expect`: as `pytorch_rules` takes them).
+
+    Where the replay stops (a rule rejects the sizes, a decision of the trace is answered
+    otherwise), the exception carries the guards recorded up to there (`prefix_guards`), as a
+    fresh trace's does: every point that makes those decisions stops there too.
+    """
     rec = Recorder(None)
     rec.rules = RuleCache(rec)
     rec.depth = 1  # NOTE: everything is recorded into the guard graph only
     rec.guards.meta["signature"] = signature
     rec.guards.reserve(d for p in signature for d in p.dims)
     try:
-        interpret(graph, pytorch_rules(rec, signature), validate=False)
+        # NOTE: below autograd, as the live trace's mode sees each op: a CompositeImplicit op
+        # (`lstm`, `linear`) reaches its rule whole (OWN_META, the fast paths) instead of being
+        # decomposed in C++ first (`lstm` unrolled over time pinned the sequence length)
+        with torch._C._AutoDispatchBelowAutograd():
+            interpret(graph, pytorch_rules(rec, signature, reads, expect), validate=False)
+    except Exception as e:
+        e.prefix_guards = rec.guards  # type: ignore[attr-defined]
+        raise
     finally:
         rec.rules.close()
     return rec.guards.pruned()

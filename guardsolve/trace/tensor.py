@@ -290,10 +290,12 @@ class TracingMode(TorchDispatchMode):
             except Exception as e:
                 raise eager_error(e, self._at()) from e
 
-        if rec.meta_first and traced:
+        if rec.meta_first and traced and not _sized_by_data(func):
             # NOTE: a trace at sizes the user never called (`solve.paths`): the shape rule first,
             # so no eager kernel runs at sizes its rule rejects (eager `native_batch_norm` writes
-            # out of bounds where its meta rule raises)
+            # out of bounds where its meta rule raises). Not for an op whose output size the
+            # data decides: its rule reads that size from eager's output (without it, a stand-in
+            # that eager's disagrees with, and the probe failed where the trace is the same)
             done, meta_out = self._meta_call(func, args, kwargs, flat, spec, None)
             if done:
                 return meta_out
@@ -601,6 +603,13 @@ def _threads_for(real_flat: list[Any]) -> Any:
                 return _NO_MODES
             small = True
     return _one_thread() if small else _NO_MODES
+
+
+@functools.lru_cache(maxsize=None)
+def _sized_by_data(func: Any) -> bool:
+    """Does the op's output size or value come from tensor data (`nonzero`, `index` with a
+    mask, `.item()`)? Its eager kernel computes the size its rule takes."""
+    return torch.Tag.dynamic_output_shape in func.tags or torch.Tag.data_dependent_output in func.tags
 
 
 @functools.lru_cache(maxsize=None)
