@@ -118,6 +118,8 @@ class Exploration:
     stopped: int = 0
     seconds: float = 0.0
     skipped: str | None = None  # why nothing was explored
+    left: int = 0  # points queued that the time budget left unexplored
+    out_of_time: float = 0.0  # the time budget that ran out (seconds), or 0
 
     def summary(self) -> str:
         """One line: how many points were tried, merged and rejected, and how each was decided.
@@ -133,7 +135,9 @@ class Exploration:
         return (f"tried {tried} point{'' if tried == 1 else 's'} (sizes 0 and 1, each decision's other side) in "
                 f"{self.seconds * 1000:.1f} ms: "
                 f"{len(self.paths)} merged, {len(self.probes)} rejected" + (f"; {', '.join(how)}" if how else "")
-                + (f"; {self.skipped}" if self.skipped else ""))
+                + (f"; {self.skipped}" if self.skipped else "")
+                + (f"; the time budget ({self.out_of_time * 1000:.0f} ms) left {self.left} queued point"
+                   f"{'' if self.left == 1 else 's'} unexplored" if self.out_of_time else ""))
 
 
 def _classes(base: Any) -> list[tuple[str, ...]]:
@@ -300,7 +304,8 @@ def _candidates(example: Mapping[str, int], units: Sequence[tuple[str, ...]], po
 Outcome = tuple
 
 
-def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | None = None) -> Exploration:
+def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | None = None,
+            seconds: float | None = None) -> Exploration:
     """Trace `t.fn` again at the example with dims set to 0 and 1; the paths that record
     `t`'s trace, and the probes that do not. At most `limit` traces (None: 4 per dim or
     class of equal dims, plus 4, at most `MAX_PROBES`). `reduce` simplifies one path's guard graph. A `Trace`
@@ -375,7 +380,8 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
 
     rng = torch.random.get_rng_state()
     try:
-        return _search(out, example, base, probe, reduce, limit, size=len(t.graph.nodes), widen=identities_here)
+        return _search(out, example, base, probe, reduce, limit, size=len(t.graph.nodes), widen=identities_here,
+                       seconds=seconds)
     finally:
         torch.random.set_rng_state(rng)  # NOTE: the probes' random ops leave the user's stream as it was
 
@@ -489,27 +495,33 @@ def _graph_at(graph: Graph, signature: Any, point: Mapping[str, int]) -> Graph:
     return Graph(nodes, meta=graph.meta)
 
 
+def _flips(gs: Any, point: Mapping[str, int]) -> list[dict[str, int]]:
+    """For each guard of `gs`, the point nearest `point` where it alone is false (local moves,
+    then z3)."""
+    formulas = [c.formula for c in gs.constraints]
+    sizes = set(gs.sizes)
+    return flip_points(formulas, sizes, point, fallback=lambda i: solver_flip(formulas, i, sizes, point))
+
+
 def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callable[[Mapping[str, int]], Outcome],
             reduce: Callable[[Graph], Any], limit: int | None, size: int = SMALL_TRACE + 1,
-            widen: Callable[[Mapping[str, int]], bool] | None = None) -> Exploration:
-    """The points to probe, in order (each dim and class at 0 and 1, then mixes, then the
-    neighbours of every point that merged), skipping those a known route accepts or a known
+            widen: Callable[[Mapping[str, int]], bool] | None = None, seconds: float | None = None) -> Exploration:
+    """The points to probe, in order (the far side of each decision of the example's path,
+    each dim and class at 0 and 1, then mixes, then the neighbours and the far sides of the
+    decisions of every route that merged), skipping those a known route accepts or a known
     region rejects (unless `widen` says an op of the trace is an identity there, which a
-    route may leave out); at most `limit` probes."""
+    route may leave out); at most `limit` probes, none started after `seconds`."""
     if len(example) > MAX_DIMS:
         out.skipped = f"{len(example)} input dims (more than {MAX_DIMS}: too many routes to try)"
         return out
     start = time.perf_counter()
     # NOTE: classes first: one probe moves every dim the guards hold equal
     units = _classes(base) + [(d,) for d in example]
-    queue = deque(_candidates(example, units, example))
-    # NOTE: then the other side of each decision of the example's path, nearest the example
-    # (each minimal guard false alone, the others kept): routes that record the same trace at
-    # sizes other than 0 and 1 (traced at batch 1, batch 2)
-    formulas = [c.formula for c in base.constraints]
-    for flip in flip_points(formulas, set(base.sizes), example,
-                            fallback=lambda i: solver_flip(formulas, i, set(base.sizes), example)):
-        queue.append((flip, tuple(d for d in example if flip[d] != example[d])))
+    # NOTE: first the other side of each decision of the example's path, nearest the example
+    # (each minimal guard false alone, the others kept): a model traced at batch 2 is asked
+    # batch 1 first, one traced at batch 1 batch 2; then each dim and class at 0 and 1
+    queue = deque((flip, tuple(d for d in example if flip[d] != example[d])) for flip in _flips(base, example))
+    queue.extend(_candidates(example, units, example))
     # NOTE: then mixes: every dim at 0, at 1, and each pair of dims or classes at 1 (a route
     # may need both: a broadcast of two size-1 operands)
     for v in VALUES:
@@ -535,6 +547,10 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     rejects: list[Graph] = []
     try:
         while queue and out.traces + out.replayed - out.stopped < budget and looked < 32 * budget:
+            if seconds is not None and time.perf_counter() - start > seconds:
+                out.left = len(queue)
+                out.out_of_time = seconds
+                break
             point, changed = queue.popleft()
             key = tuple(sorted(point.items()))
             if key in seen:
@@ -576,6 +592,10 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
             out.paths.append(Path(point, changed, gg, gs, replayed, got[2] if len(got) > 2 else ()))
             accepts.append(gs.check_dims)
             queue.extend(_candidates(example, units, point))
+            # NOTE: and the far side of each decision of the route found, nearest its point: the
+            # routes beyond it (a route at batch 1 bounds its own sizes elsewhere)
+            queue.extend((flip, tuple(d for d in example if flip[d] != example[d]))
+                         for flip in _flips(gs, point))
     finally:
         out.seconds = time.perf_counter() - start
     return out

@@ -14,6 +14,7 @@ outline (components sharing no value but constants) -> normalize each -> indepen
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -32,6 +33,11 @@ from guardsolve.solve.unify import Conflict, UnionFind
 from guardsolve.trace.gcpause import paused_gc
 
 DEFAULT_TIMEOUT_MS = 5000
+# Exploring other routes (`merge_paths`) stops probing after this many times the example's own
+# path (its trace and its simplify), and never before EXPLORE_MIN_S: end to end, trace + simplify
+# stays within a few times the path alone, as make_fx and torch.export do (`benchmarks/run.py`).
+EXPLORE_FACTOR = 3.0
+EXPLORE_MIN_S = 0.02
 # Below this many bailouts a graph simplifies in well under a second: forking costs more than it saves
 PARALLEL_MIN_BAILOUTS = 4000
 
@@ -647,10 +653,15 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
     cap = default_jobs() if jobs is None else jobs
     with paused_gc():
         # NOTE: a Trace carries the guard graph recorded while it ran; no need to replay it
+        start = time.perf_counter()
         gg = graph.guard_graph() if isinstance(graph, Trace) else guard_graph(graph)
         gs = _simplify(gg, False, timeout_ms, cap, auto=jobs is None)
+        path_s = time.perf_counter() - start + (graph.seconds if isinstance(graph, Trace) else 0.0)
     if explore is not False and explore != 0 and (isinstance(graph, Trace) or _saved_trace(graph)):
-        gs = merge_paths(graph, gs, timeout_ms, limit=None if explore is True else int(explore))
+        # NOTE: a count of probes given: that many, whatever the time; by default the probes
+        # stop after EXPLORE_FACTOR times the example's own path (trace + simplify)
+        gs = merge_paths(graph, gs, timeout_ms, limit=None if explore is True else int(explore),
+                         seconds=max(EXPLORE_MIN_S, EXPLORE_FACTOR * path_s) if explore is True else None)
     if readable:
         gs = readable_guards(gs, timeout_ms)
     if verify:
@@ -685,7 +696,8 @@ def _saved_trace(graph: Any) -> bool:
     return isinstance(graph, Graph) and not is_guard_graph(graph) and uses_pytorch_rules(graph)
 
 
-def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, limit: int | None = None) -> GuardSet:
+def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, limit: int | None = None,
+                seconds: float | None = None) -> GuardSet:
     """`base` (the example's path) joined with every route `paths.explore` finds that records
     the same trace: the disjunction of their guards (`disjoin`), made minimal by the same
     stages, and proved by z3 equal to the disjunction. Provenance stays with the example's
@@ -702,7 +714,7 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
         reduce = lambda g: _simplify(g, False, timeout_ms, 1)  # noqa: E731
         if isinstance(t, Trace) and t.fn is None:
             t = t.graph
-        ex = (explore(t, base, reduce, limit=limit) if isinstance(t, Trace)
+        ex = (explore(t, base, reduce, limit=limit, seconds=seconds) if isinstance(t, Trace)
               else explore_saved(t, base, reduce, limit=limit))
     if not ex.paths:
         return base.with_routes(ex)

@@ -305,8 +305,8 @@ class LocalReplay:
 
         >>> import torch, guardsolve
         >>> t = guardsolve.trace(lambda x: torch.nn.functional.dropout(x, 0.1, False) + 1, torch.randn(4, 8))
-        >>> LocalReplay.of(t).decides_nothing({"x0": 1, "x1": 8})  # the dropout: the same sizes and strides at x0=1
-        [0]
+        >>> LocalReplay.of(t).decides_nothing({"x0": 1, "x1": 8})  # the dropout and the add: the same sizes and strides at x0=1
+        [0, 1]
         """
         env = self.values(point)
 

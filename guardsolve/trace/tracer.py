@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -66,6 +67,7 @@ class Trace:
     # NOTE: the calls and guard graph as recorded, for probes that replay single calls
     # (`trace.local`); dropped with `inputs`
     recorded: Any = field(default=None, repr=False)
+    seconds: float = 0.0  # NOTE: how long `trace` took (exploring other routes is budgeted against it)
 
     def __repr__(self) -> str:
         """Short: what was traced and at which shapes, not the output tensor.
@@ -135,8 +137,11 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     library code took another route under tracing).
     """
     try:
+        start = time.perf_counter()
         with paused_gc():  # NOTE: placeholders and the trace are many small acyclic objects
-            return _trace(fn, example_inputs, value_guards)
+            t = _trace(fn, example_inputs, value_guards)
+        t.seconds = time.perf_counter() - start
+        return t
     except GuardsolveError as e:
         error = e
     except Exception as e:
