@@ -331,3 +331,45 @@ def test_value_guards_size_guards_do_not_depend_on_the_data(fill: str) -> None:
         assert flipped == ["x0=1"] and "the data drawn at x0=1 answers it otherwise" in text
     else:
         assert flipped == [] and "answers it otherwise" not in text
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.c1, self.b1 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.BatchNorm2d(c)
+        self.c2, self.b2 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.BatchNorm2d(c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))) + x)
+
+
+class _ResNet(torch.nn.Module):
+    """resnet18's shape: a strided 7x7 stem, max pooling, a residual block, adaptive average
+    pooling to 1x1, `flatten(x, 1)` and a linear head (torchvision is not a dependency)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 7, 2, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                        torch.nn.MaxPool2d(3, 2, 1))
+        self.block = _Block(8)
+        self.pool = torch.nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = torch.nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(self.block(self.stem(x))), 1))
+
+
+def test_a_resnet_traced_at_batch_1_accepts_batch_2_found_on_the_far_side_of_its_decision() -> None:
+    """At batch 1 the example's path pins `x0 == 1` (contiguity of size-1 dims); its far
+    side, batch 2, records the same trace and is probed first."""
+    m = _ResNet().eval()
+    with torch.no_grad():
+        t = guardsolve.trace(m, torch.randn(1, 3, 32, 32))
+        assert "x0 == 1" in [c.text for c in guardsolve.simplify(t, explore=False)]
+        gs = guardsolve.simplify(t)
+        assert gs.paths[0].point == {"x0": 2, "x1": 3, "x2": 32, "x3": 32}
+        for shape in [(2, 3, 32, 32), (5, 3, 40, 24), (1, 3, 9, 9)]:
+            x = torch.randn(*shape)
+            assert gs.check(x), gs.explain_failure(x)
+            assert torch.allclose(guardsolve.trace(m, x).output, m(x), atol=1e-5)
+        assert not gs.check(torch.randn(2, 4, 32, 32))

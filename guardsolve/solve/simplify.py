@@ -36,7 +36,7 @@ DEFAULT_TIMEOUT_MS = 5000
 # Exploring other routes (`merge_paths`) stops probing after this many times the example's own
 # path (its trace and its simplify), and never before EXPLORE_MIN_S: end to end, trace + simplify
 # stays within a few times the path alone, as make_fx and torch.export do (`benchmarks/run.py`).
-EXPLORE_FACTOR = 3.0
+EXPLORE_FACTOR = 2.0
 EXPLORE_MIN_S = 0.02
 # Below this many bailouts a graph simplifies in well under a second: forking costs more than it saves
 PARALLEL_MIN_BAILOUTS = 4000
