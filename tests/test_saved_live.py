@@ -1,0 +1,180 @@
+"""A saved trace gives the guards its live trace gives (issue 38, part 4).
+
+`simplify(Graph.parse(str(t.graph)))` reinterprets the text with PyTorch's rules and explores
+it by replaying its own ops (`paths.explore_saved`); `simplify(t)` keeps the guards recorded
+while tracing and explores by tracing the function again (`paths.explore`). On every example
+and real model the two are the same constraints: the replay runs each op as the trace saw it
+(below autograd: `lstm` whole, not unrolled over time), a replay at other sizes stops where a
+fresh trace records another node (a decision of the program's own answered otherwise, a size
+the program reads that is a constant there, or the other way round), and it rejects regions
+and spends its probe budget as a live exploration does.
+
+One kind of route only a live trace finds: where the program branches to a route that leaves
+out ops that are identities there (`trace/identity.py`: GPT-2 at batch 1 skips an `expand` to
+the tensor's own size), the function is traced again down the other branch, which the saved
+text does not hold. There the saved guards are the live ones without those routes: narrower,
+never wider.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+from typing import Any, Callable
+
+import pytest
+import torch
+
+import guardsolve
+from guardsolve.solve.paths import prove_union
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _load(path: pathlib.Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _example(name: str) -> Any:
+    return _load(ROOT / "examples" / f"{name}.py", f"saved_live_{name}")
+
+
+def _vit() -> torch.nn.Module:
+    return _load(ROOT / "tests" / "test_rejections.py", "saved_live_rejections").TinyViT().eval()
+
+
+# name: (the program, its example inputs); as the examples trace them (their `main`, their CLI
+# line, tests/test_examples.py, tests/test_compile.py)
+EXAMPLES: dict[str, tuple[Callable[[], Any], Callable[[], tuple[Any, ...]]]] = {
+    "notebook.add": (lambda: _example("notebook").add, lambda: (torch.randn(4), torch.randn(4))),
+    "mlp": (lambda: _example("mlp").MLP().eval(), lambda: (torch.randn(32, 64),)),
+    "attention": (lambda: _example("attention").AttentionBlock().eval(), lambda: (torch.randn(2, 16, 64),)),
+    "attention at batch 1": (lambda: _example("attention").AttentionBlock().eval(), lambda: (torch.randn(1, 16, 64),)),
+    "cnn": (lambda: _example("cnn").SmallCNN().eval(), lambda: (torch.randn(4, 3, 16, 16),)),
+    "cat_reshape": (lambda: _example("cat_reshape").merge_pairs, lambda: (torch.randn(4, 6), torch.randn(4, 10))),
+    "branching": (lambda: _example("branching").route, lambda: (torch.randn(32, 8), torch.randn(8, 4))),
+    "masking.positive_scores": (lambda: _example("masking").positive_scores, lambda: (torch.randn(6, 4), torch.randn(4))),
+    "masking.window": (lambda: _example("masking").window, lambda: (torch.randn(3, 8), torch.tensor(5))),
+    "compiled.route": (lambda: _example("compiled").route, lambda: (torch.randn(12), torch.randn(13))),
+    "compiled.view_mm": (lambda: _example("compiled").view_mm, lambda: (torch.randn(3, 2, 4), torch.randn(3, 2, 4))),
+    "compiled.graph_break": (lambda: _example("compiled").graph_break, lambda: (torch.randn(5, 3), torch.randn(4))),
+    "compiled.scale": (lambda: _example("compiled").scale, lambda: (torch.randn(3, 4),)),
+    "vit": (_vit, lambda: (torch.randn(4, 3, 16, 16),)),
+}
+MODELS = _example("models").MODELS
+NEEDS_TRANSFORMERS = {"gpt2", "bert"}
+
+
+def _guards(fn: Any, inputs: tuple[Any, ...]) -> tuple[guardsolve.GuardSet, guardsolve.GuardSet]:
+    """The live trace's guards and its saved text's."""
+    t = guardsolve.trace(fn, *inputs)
+    text = str(t.graph)
+    assert guardsolve.Graph.parse(text) == t.graph
+    return guardsolve.simplify(t), guardsolve.simplify(guardsolve.Graph.parse(text))
+
+
+def _assert_same(live: guardsolve.GuardSet, saved: guardsolve.GuardSet) -> None:
+    """The same constraints: the same texts, else proved equivalent by z3."""
+    texts = sorted(c.text for c in live), sorted(c.text for c in saved)
+    if texts[0] == texts[1]:
+        return
+    failed = prove_union(live.constraints, [saved.constraints], live.sizes | saved.sizes, 10_000)
+    assert failed is None, f"live {texts[0]} != saved {texts[1]}: {failed}"
+
+
+def _identity_routes(gs: guardsolve.GuardSet) -> list[Any]:
+    """The routes found by setting aside ops that are identities there (a live trace's only)."""
+    return [p for p in gs.paths if any(str(n.meta.get("why", "")).endswith("is the identity")
+                                       for n in p.graph.bailouts())]
+
+
+def _assert_same_but_identity_routes(fn: Any, inputs: tuple[Any, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Equal guards, or (where the live trace merged identity routes) the saved guards imply
+    the live ones and equal the live ones found without identity routes."""
+    live, saved = _guards(fn, inputs)
+    if not _identity_routes(live):
+        _assert_same(live, saved)
+        return
+    # NOTE: saved => live (live is equivalent to live or saved): never wider
+    assert prove_union(live.constraints, [live.constraints, saved.constraints], saved.sizes | live.sizes,
+                       10_000) is None
+    monkeypatch.setattr(importlib.import_module("guardsolve.trace.identity"), "candidates", lambda t: [])
+    live, saved = _guards(fn, inputs)
+    _assert_same(live, saved)
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_an_examples_saved_trace_gives_its_live_guards(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    make, inputs = EXAMPLES[name]
+    _assert_same_but_identity_routes(make(), inputs(), monkeypatch)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_models_saved_trace_gives_its_live_guards(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if name in NEEDS_TRANSFORMERS:
+        pytest.importorskip("transformers")
+    make, inputs = MODELS[name]
+    with torch.no_grad():
+        _assert_same_but_identity_routes(make(), inputs(), monkeypatch)
+
+
+def test_gpt2s_batch_1_route_is_the_live_traces_alone() -> None:
+    """GPT-2 traced at batch 2 tests `batch_size != position_ids.shape[0]` and expands; at batch
+    1 it skips the `expand` (an identity there): another trace, the same but for that op. The
+    live trace traces that branch and merges it; the saved text holds only the example's branch,
+    so its replay at batch 1 stops at that test, and the saved guards keep `input_ids0 >= 2`."""
+    pytest.importorskip("transformers")
+    make, inputs = MODELS["gpt2"]
+    with torch.no_grad():
+        live, saved = _guards(make(), inputs())
+    assert _identity_routes(live) and not _identity_routes(saved)
+    assert [c.text for c in saved] == ["input_ids0 >= 2", "input_ids1 >= 2"]
+    probe = next(p for p in saved.probes if p.point["input_ids0"] == 1 and p.point["input_ids1"] == 16)
+    assert "the program's own test of a size answers otherwise" in probe.because(), probe.because()
+
+
+def test_the_lstm_replays_whole_and_keeps_its_sequence_length_free() -> None:
+    """The issue's case: `aten.lstm.input` replayed above autograd decomposed in C++, unrolled
+    over the 5 time steps, and the saved path alone said `input1 == 5` (merged:
+    `(input1 == 1) or (input1 == 5)`). Below autograd, as the live trace runs it, it reaches
+    its own rule (eager's mkldnn route) whole."""
+    t = guardsolve.trace(torch.nn.LSTM(8, 16, batch_first=True).eval(), torch.randn(2, 5, 8))
+    saved = guardsolve.Graph.parse(str(t.graph))
+    path = guardsolve.simplify(saved, explore=False)
+    assert [c.text for c in path] == [c.text for c in guardsolve.simplify(t, explore=False)]
+    assert "input1 == 5" not in [c.text for c in path]
+    gs = guardsolve.simplify(saved)
+    assert [c.text for c in gs] == ["input2 == 8", "input1 >= 1"]
+    assert gs.check_dims({"input0": 2, "input1": 10, "input2": 8})
+
+
+def test_a_saved_trace_rejects_where_the_program_reads_a_size_otherwise() -> None:
+    """The attention block traced at batch 2 reads the heads dim of its `transpose` output as a
+    size (`size_index(s3, index=2)`, its contiguity check); at batch 1 PyTorch's rules make it
+    the constant 4, and a fresh trace records `int_const(val=4)` there. Traced at batch 1, the
+    other way round. The replay rejects both, as a fresh trace does, naming the read."""
+    block = _example("attention").AttentionBlock().eval()
+    for batch, other in ((2, 1), (1, 2)):
+        t = guardsolve.trace(block, torch.randn(batch, 16, 64))
+        gs = guardsolve.simplify(guardsolve.Graph.parse(str(t.graph)))
+        assert not gs.check_dims({"x0": other, "x1": 16, "x2": 64})
+        fresh = guardsolve.trace(block, torch.randn(other, 16, 64))
+        assert fresh.graph != t.graph  # NOTE: the oracle: another trace there
+        probe = next(p for p in gs.probes if p.point["x0"] == other and p.point["x1"] == 16)
+        assert "user code reads" in probe.because() and "where the trace reads" in probe.because(), probe.because()
+
+
+def test_a_saved_trace_merges_the_routes_a_data_shaped_op_takes() -> None:
+    """`x[x * w > 0]` has as many rows as the data says. A live probe ran each op's rule before
+    its eager kernel, so the mask's row count was a stand-in that eager contradicted, and no
+    probe merged; an op whose size the data decides now runs eager first, as the saved replay
+    takes any value for it. Both accept an empty batch, which records the same trace."""
+    fn, inputs = EXAMPLES["masking.positive_scores"]
+    live, saved = _guards(fn(), inputs())
+    for gs in (live, saved):
+        assert gs.check(torch.randn(0, 4), torch.randn(4))
+    t = guardsolve.trace(fn(), *inputs())
+    assert guardsolve.trace(fn(), torch.randn(0, 4), torch.randn(4)).graph.nodes[2:] == t.graph.nodes[2:]
