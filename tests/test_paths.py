@@ -373,3 +373,19 @@ def test_a_resnet_traced_at_batch_1_accepts_batch_2_found_on_the_far_side_of_its
             assert gs.check(x), gs.explain_failure(x)
             assert torch.allclose(guardsolve.trace(m, x).output, m(x), atol=1e-5)
         assert not gs.check(torch.randn(2, 4, 32, 32))
+
+
+def test_a_time_budget_probes_the_far_sides_and_the_0s_and_1s_first_and_says_what_it_left() -> None:
+    from guardsolve.solve.simplify import merge_paths
+
+    m = _ResNet().eval()
+    with torch.no_grad():
+        t = guardsolve.trace(m, torch.randn(1, 3, 32, 32))
+        base = guardsolve.simplify(t, explore=False, readable=False)
+        gs = merge_paths(t, base, seconds=0.0)
+    ex = gs.exploration
+    # NOTE: the far side of the example's `x0 == 1` and each dim at 0 and 1 came first, whatever the time
+    assert {"x0": 2, "x1": 3, "x2": 32, "x3": 32} in [dict(p.point) for p in gs.paths]
+    tried = len(ex.paths) + len(ex.probes)
+    assert tried >= 1 + 2 * 4 and ex.left > 0, ex.summary()
+    assert ex.summary().endswith(f"the time budget (0 ms) left {ex.left} queued points unexplored"), ex.summary()

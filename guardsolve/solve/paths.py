@@ -137,7 +137,7 @@ class Exploration:
                 f"{len(self.paths)} merged, {len(self.probes)} rejected" + (f"; {', '.join(how)}" if how else "")
                 + (f"; {self.skipped}" if self.skipped else "")
                 + (f"; the time budget ({self.out_of_time * 1000:.0f} ms) left {self.left} queued point"
-                   f"{'' if self.left == 1 else 's'} unexplored" if self.out_of_time else ""))
+                   f"{'' if self.left == 1 else 's'} unexplored" if self.left else ""))
 
 
 def _classes(base: Any) -> list[tuple[str, ...]]:
@@ -510,7 +510,8 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     each dim and class at 0 and 1, then mixes, then the neighbours and the far sides of the
     decisions of every route that merged), skipping those a known route accepts or a known
     region rejects (unless `widen` says an op of the trace is an identity there, which a
-    route may leave out); at most `limit` probes, none started after `seconds`."""
+    route may leave out); at most `limit` probes, and past the far sides and the 0s and 1s,
+    none started after `seconds`."""
     if len(example) > MAX_DIMS:
         out.skipped = f"{len(example)} input dims (more than {MAX_DIMS}: too many routes to try)"
         return out
@@ -522,6 +523,8 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     # batch 1 first, one traced at batch 1 batch 2; then each dim and class at 0 and 1
     queue = deque((flip, tuple(d for d in example if flip[d] != example[d])) for flip in _flips(base, example))
     queue.extend(_candidates(example, units, example))
+    # NOTE: these are always probed; the time budget applies to what comes after them
+    essential = len(queue)
     # NOTE: then mixes: every dim at 0, at 1, and each pair of dims or classes at 1 (a route
     # may need both: a broadcast of two size-1 operands)
     for v in VALUES:
@@ -547,7 +550,7 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     rejects: list[Graph] = []
     try:
         while queue and out.traces + out.replayed - out.stopped < budget and looked < 32 * budget:
-            if seconds is not None and time.perf_counter() - start > seconds:
+            if seconds is not None and looked >= essential and time.perf_counter() - start > seconds:
                 out.left = len(queue)
                 out.out_of_time = seconds
                 break

@@ -33,9 +33,11 @@ from guardsolve.solve.unify import Conflict, UnionFind
 from guardsolve.trace.gcpause import paused_gc
 
 DEFAULT_TIMEOUT_MS = 5000
-# Exploring other routes (`merge_paths`) stops probing after this many times the example's own
+# Exploring other routes (`merge_paths`) probes the far side of each of the example's decisions
+# and each dim at 0 and 1 whatever the time, then stops after this many times the example's own
 # path (its trace and its simplify), and never before EXPLORE_MIN_S: end to end, trace + simplify
 # stays within a few times the path alone, as make_fx and torch.export do (`benchmarks/run.py`).
+# A trace of one op or two (`paths.TINY_TRACE` nodes) has no time budget, only its probe budget.
 EXPLORE_FACTOR = 2.0
 EXPLORE_MIN_S = 0.02
 # Below this many bailouts a graph simplifies in well under a second: forking costs more than it saves
@@ -661,12 +663,22 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
         # NOTE: a count of probes given: that many, whatever the time; by default the probes
         # stop after EXPLORE_FACTOR times the example's own path (trace + simplify)
         gs = merge_paths(graph, gs, timeout_ms, limit=None if explore is True else int(explore),
-                         seconds=max(EXPLORE_MIN_S, EXPLORE_FACTOR * path_s) if explore is True else None)
+                         seconds=_explore_seconds(graph, path_s) if explore is True else None)
     if readable:
         gs = readable_guards(gs, timeout_ms)
     if verify:
         gs.verify(timeout_ms=timeout_ms)
     return gs
+
+
+def _explore_seconds(graph: Any, path_s: float) -> float | None:
+    """How long exploring may probe past its first points, for a trace whose own path (trace
+    and simplify) took `path_s`; None (no time budget) for a trace of one op or two."""
+    from guardsolve.solve.paths import TINY_TRACE
+    from guardsolve.trace.tracer import Trace
+
+    nodes = len(graph.graph.nodes) if isinstance(graph, Trace) else len(graph.nodes)
+    return None if nodes <= TINY_TRACE else max(EXPLORE_MIN_S, EXPLORE_FACTOR * path_s)
 
 
 def readable_guards(gs: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> GuardSet:
