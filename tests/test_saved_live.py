@@ -7,7 +7,9 @@ and real model the two are the same constraints: the replay runs each op as the 
 (below autograd: `lstm` whole, not unrolled over time), a replay at other sizes stops where a
 fresh trace records another node (a decision of the program's own answered otherwise, a size
 the program reads that is a constant there, or the other way round), and it rejects regions
-and spends its probe budget as a live exploration does.
+and spends its probe budget as a live exploration does. (Both are compared with the same probe
+budget and no time budget: `simplify`'s default also stops after a multiple of the example's
+own path's time, which makes what a run explores depend on the machine's load.)
 
 One kind of route only a live trace finds: where the program branches to a route that leaves
 out ops that are identities there (`trace/identity.py`: GPT-2 at batch 1 skips an `expand` to
@@ -68,12 +70,31 @@ MODELS = _example("models").MODELS
 NEEDS_TRANSFORMERS = {"gpt2", "bert"}
 
 
+def _untimed(x: Any) -> guardsolve.GuardSet:
+    """`simplify(x)` with its default probe budget and no time budget (`simplify`'s default stops
+    exploring after a multiple of the example's own path's time: a wall clock, which a live
+    trace and a saved one spend differently)."""
+    from guardsolve.solve.simplify import merge_paths, readable_guards
+
+    return readable_guards(merge_paths(x, guardsolve.simplify(x, explore=False, readable=False), seconds=None))
+
+
+def _out_of_time(gs: guardsolve.GuardSet) -> bool:
+    return bool(getattr(gs.exploration, "out_of_time", 0))
+
+
 def _guards(fn: Any, inputs: tuple[Any, ...]) -> tuple[guardsolve.GuardSet, guardsolve.GuardSet]:
-    """The live trace's guards and its saved text's."""
+    """The live trace's guards (explored without a time budget; where `simplify`'s default ran to
+    the end, it gives those guards too) and its saved text's (`simplify`'s default)."""
     t = guardsolve.trace(fn, *inputs)
     text = str(t.graph)
     assert guardsolve.Graph.parse(text) == t.graph
-    return guardsolve.simplify(t), guardsolve.simplify(guardsolve.Graph.parse(text))
+    saved = guardsolve.simplify(guardsolve.Graph.parse(text))
+    assert not _out_of_time(saved)
+    live, by_default = _untimed(t), guardsolve.simplify(t)
+    if not _out_of_time(by_default):
+        assert [c.text for c in by_default] == [c.text for c in live]
+    return live, saved
 
 
 def _assert_same(live: guardsolve.GuardSet, saved: guardsolve.GuardSet) -> None:
