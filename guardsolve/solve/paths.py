@@ -525,16 +525,17 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     queue.extend(_candidates(example, units, example))
     # NOTE: these are always probed; the time budget applies to what comes after them
     essential = len(queue)
-    # NOTE: then mixes: every dim at 0, at 1, and each pair of dims or classes at 1 (a route
-    # may need both: a broadcast of two size-1 operands)
+    # NOTE: then mixes: every dim at 0, at 1, and each pair of dims or classes at 1, then at 0
+    # (a route may need both: a broadcast of two size-1 operands)
     for v in VALUES:
         mix = {d: v for d in example}
         queue.append((mix, tuple(d for d in example if mix[d] != example[d])))
     if len(units) <= MAX_PAIRS_UNITS:
-        for i, a in enumerate(units):
-            for b in units[i + 1:]:
-                mix = {**example, **{d: 1 for d in a + b}}
-                queue.append((mix, tuple(d for d in example if mix[d] != example[d])))
+        for v in (1, 0):  # NOTE: pairs at 0 after pairs at 1 (an empty tensor's contiguity asks of two dims)
+            for i, a in enumerate(units):
+                for b in units[i + 1:]:
+                    mix = {**example, **{d: v for d in a + b}}
+                    queue.append((mix, tuple(d for d in example if mix[d] != example[d])))
     # NOTE: a small trace (a few ops) is cheap to trace again: every point queued so far, and
     # some neighbours of the routes found
     small = size <= SMALL_TRACE

@@ -37,9 +37,11 @@ DEFAULT_TIMEOUT_MS = 5000
 # and each dim at 0 and 1 whatever the time, then stops after this many times the example's own
 # path (its trace and its simplify), and never before EXPLORE_MIN_S: end to end, trace + simplify
 # stays within a few times the path alone, as make_fx and torch.export do (`benchmarks/run.py`).
-# A trace of one op or two (`paths.TINY_TRACE` nodes) has no time budget, only its probe budget.
+# A trace of one op or two (`paths.TINY_TRACE` nodes) has no time budget, only its probe budget;
+# a small one (`paths.SMALL_TRACE` nodes) at least EXPLORE_SMALL_S.
 EXPLORE_FACTOR = 2.0
 EXPLORE_MIN_S = 0.02
+EXPLORE_SMALL_S = 0.25
 # Below this many bailouts a graph simplifies in well under a second: forking costs more than it saves
 PARALLEL_MIN_BAILOUTS = 4000
 
@@ -674,11 +676,13 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
 def _explore_seconds(graph: Any, path_s: float) -> float | None:
     """How long exploring may probe past its first points, for a trace whose own path (trace
     and simplify) took `path_s`; None (no time budget) for a trace of one op or two."""
-    from guardsolve.solve.paths import TINY_TRACE
+    from guardsolve.solve.paths import SMALL_TRACE, TINY_TRACE
     from guardsolve.trace.tracer import Trace
 
     nodes = len(graph.graph.nodes) if isinstance(graph, Trace) else len(graph.nodes)
-    return None if nodes <= TINY_TRACE else max(EXPLORE_MIN_S, EXPLORE_FACTOR * path_s)
+    if nodes <= TINY_TRACE:
+        return None
+    return max(EXPLORE_SMALL_S if nodes <= SMALL_TRACE else EXPLORE_MIN_S, EXPLORE_FACTOR * path_s)
 
 
 def readable_guards(gs: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> GuardSet:
