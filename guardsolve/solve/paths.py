@@ -507,8 +507,8 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
             reduce: Callable[[Graph], Any], limit: int | None, size: int = SMALL_TRACE + 1,
             widen: Callable[[Mapping[str, int]], bool] | None = None, seconds: float | None = None) -> Exploration:
     """The points to probe, in order (the far side of each decision of the example's path,
-    each dim and class at 0 and 1, then mixes, then the neighbours and the far sides of the
-    decisions of every route that merged), skipping those a known route accepts or a known
+    each dim and class at 0 and 1, then mixes, then the neighbours of every route that merged
+    and, in a small trace, the far sides of its decisions), skipping those a known route accepts or a known
     region rejects (unless `widen` says an op of the trace is an identity there, which a
     route may leave out); at most `limit` probes, and past the far sides and the 0s and 1s,
     none started after `seconds`."""
@@ -596,10 +596,11 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
             out.paths.append(Path(point, changed, gg, gs, replayed, got[2] if len(got) > 2 else ()))
             accepts.append(gs.check_dims)
             queue.extend(_candidates(example, units, point))
-            # NOTE: and the far side of each decision of the route found, nearest its point: the
-            # routes beyond it (a route at batch 1 bounds its own sizes elsewhere)
-            queue.extend((flip, tuple(d for d in example if flip[d] != example[d]))
-                         for flip in _flips(gs, point))
+            # NOTE: and, for a small trace (cheap to probe), the far side of each decision of the
+            # route found, nearest its point: the routes beyond it
+            if small:
+                queue.extend((flip, tuple(d for d in example if flip[d] != example[d]))
+                             for flip in _flips(gs, point))
     finally:
         out.seconds = time.perf_counter() - start
     return out

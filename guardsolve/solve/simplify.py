@@ -38,10 +38,11 @@ DEFAULT_TIMEOUT_MS = 5000
 # path (its trace and its simplify), and never before EXPLORE_MIN_S: end to end, trace + simplify
 # stays within a few times the path alone, as make_fx and torch.export do (`benchmarks/run.py`).
 # A trace of one op or two (`paths.TINY_TRACE` nodes) has no time budget, only its probe budget;
-# a small one (`paths.SMALL_TRACE` nodes) at least EXPLORE_SMALL_S.
+# a small one (`paths.SMALL_TRACE` nodes) at least EXPLORE_SMALL_S. `GUARDSOLVE_EXPLORE_BUDGET=off`
+# turns the time budget off (the probe budget alone: the same guards on a loaded machine).
 EXPLORE_FACTOR = 2.0
 EXPLORE_MIN_S = 0.02
-EXPLORE_SMALL_S = 0.25
+EXPLORE_SMALL_S = 0.05
 # Below this many bailouts a graph simplifies in well under a second: forking costs more than it saves
 PARALLEL_MIN_BAILOUTS = 4000
 
@@ -679,8 +680,11 @@ def _explore_seconds(graph: Any, path_s: float) -> float | None:
     from guardsolve.solve.paths import SMALL_TRACE, TINY_TRACE
     from guardsolve.trace.tracer import Trace
 
+    budget = os.environ.get("GUARDSOLVE_EXPLORE_BUDGET", "").strip().lower()
+    if budget not in ("", "on", "off"):
+        raise GuardsolveError(f"GUARDSOLVE_EXPLORE_BUDGET={budget!r} should be 'on' or 'off'")
     nodes = len(graph.graph.nodes) if isinstance(graph, Trace) else len(graph.nodes)
-    if nodes <= TINY_TRACE:
+    if nodes <= TINY_TRACE or budget == "off":
         return None
     return max(EXPLORE_SMALL_S if nodes <= SMALL_TRACE else EXPLORE_MIN_S, EXPLORE_FACTOR * path_s)
 
