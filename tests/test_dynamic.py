@@ -297,7 +297,8 @@ UNIT = [
     # exploration finds on the far side of `a0 == b0 + 1`), so its guard is no longer an equality
     ("offset", lambda a, b: torch.stack([a[1:], b]), [(5,), (4,)], ["a0", "b0"], {"a0 == b0 + 1": "equal"},
      ['b0 = Dim("b0")', "a0 = b0 + 1"]),
-    ("derived", lambda a, b: torch.cat([a, a, a]) + b[1:], [(4,), (13,)], ["a0", "b0"],
+    # NOTE: a matmul, not `+`: at b0 == 2 `b[1:]` broadcasts and records the same trace
+    ("derived", lambda a, b: torch.cat([a, a, a]).unsqueeze(0) @ b[1:].unsqueeze(1), [(4,), (13,)], ["a0", "b0"],
      {"3*a0 == b0 - 1": "derived"}, ["b0 = 3*a0 + 1"]),
     ("bound", _branch, [(20,)], ["x0"], {"x0 >= 17": "bound"}, ['x0 = Dim("x0", min=17)']),
     ("divisible", lambda x: x.view(-1, 8), [(32,)], ["x0"], {"x0 % 8 == 0": "divisible"},

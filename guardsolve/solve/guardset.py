@@ -497,11 +497,11 @@ class GuardSet:
 
         >>> import torch, guardsolve
         >>> gs = guardsolve.simplify(guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4)))
-        >>> p = next(p for p in gs.probes if dict(p.point) == {"a0": 0, "b0": 4})
+        >>> p = next(p for p in gs.probes if dict(p.point) == {"a0": 5, "b0": 4})
         >>> print(gs.rejection(p).split(": RuntimeError")[0])
         stops at <doctest guardsolve.solve.guardset.GuardSet.rejection[1]>:1  ...: aten.add.Tensor's shape rule rejects these sizes
         >>> print(gs.rejection(p).split("; ")[-1])
-        decided otherwise: a0 == b0 by aten.add.Tensor's shape rule (in the trace a0=4, b0=4, here a0=0, b0=4) on that line
+        decided otherwise: a0 == b0 by aten.add.Tensor's shape rule (in the trace a0=4, b0=4, here a0=5, b0=4) on that line
         """
         text = probe.because()
         found = self._decisive(probe)

@@ -36,7 +36,7 @@ DEFAULT_TIMEOUT_MS = 5000
 # Exploring other routes (`merge_paths`) probes the far side of each of the example's decisions
 # and each dim at 0 and 1 whatever the time, then stops after this many times the example's own
 # path (its trace and its simplify), and never before EXPLORE_MIN_S: end to end, trace + simplify
-# stays within a few times the path alone, as make_fx and torch.export do (`benchmarks/run.py`).
+# stays within a few times the path alone, as PyTorch's own tracers do (`benchmarks/run.py`).
 # A trace of one op or two (`paths.TINY_TRACE` nodes) has no time budget, only its probe budget;
 # a small one (`paths.SMALL_TRACE` nodes) at least EXPLORE_SMALL_S. `GUARDSOLVE_EXPLORE_BUDGET=off`
 # turns the time budget off (the probe budget alone: the same guards on a loaded machine).
