@@ -23,6 +23,7 @@ from guardsolve.guards.expr import FALSE, TRUE, Formula, Poly, Rel, cancel, conj
 from guardsolve.guards.normalize import DIVISIONS, Atom, Normalized, Outline, describe, normalize, outline
 from guardsolve.guards.shape import guard_graph
 from guardsolve.ir.graph import Graph
+from guardsolve.ir.ops import Op
 from guardsolve.solve.constraint import Constraint, DimOrder, render_eq, render_formula, render_ne, render_order
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.bounded import INF, holds_on_box
@@ -37,12 +38,13 @@ DEFAULT_TIMEOUT_MS = 5000
 # and each dim at 0 and 1 whatever the time, then stops after this many times the example's own
 # path (its trace and its simplify), and never before EXPLORE_MIN_S: end to end, trace + simplify
 # stays within a few times the path alone, as PyTorch's own tracers do (`benchmarks/run.py`).
-# A trace of one op or two (`paths.TINY_TRACE` nodes) has no time budget, only its probe budget;
+# A trace of one op or two (`TINY_OPS`, or `paths.TINY_TRACE` nodes) has no time budget, only its probe budget;
 # a small one (`paths.SMALL_TRACE` nodes) at least EXPLORE_SMALL_S. `GUARDSOLVE_EXPLORE_BUDGET=off`
 # turns the time budget off (the probe budget alone: the same guards on a loaded machine).
 EXPLORE_FACTOR = 2.0
 EXPLORE_MIN_S = 0.02
 EXPLORE_SMALL_S = 0.05
+TINY_OPS = 2
 # Below this many bailouts a graph simplifies in well under a second: forking costs more than it saves
 PARALLEL_MIN_BAILOUTS = 4000
 
@@ -676,15 +678,18 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
 
 def _explore_seconds(graph: Any, path_s: float) -> float | None:
     """How long exploring may probe past its first points, for a trace whose own path (trace
-    and simplify) took `path_s`; None (no time budget) for a trace of one op or two."""
+    and simplify) took `path_s`; None (no time budget) for a trace of one op or two (at most
+    `TINY_OPS` ops, or `paths.TINY_TRACE` nodes)."""
     from guardsolve.solve.paths import SMALL_TRACE, TINY_TRACE
     from guardsolve.trace.tracer import Trace
 
     budget = os.environ.get("GUARDSOLVE_EXPLORE_BUDGET", "").strip().lower()
     if budget not in ("", "on", "off"):
         raise GuardsolveError(f"GUARDSOLVE_EXPLORE_BUDGET={budget!r} should be 'on' or 'off'")
-    nodes = len(graph.graph.nodes) if isinstance(graph, Trace) else len(graph.nodes)
-    if nodes <= TINY_TRACE or budget == "off":
+    g = graph.graph if isinstance(graph, Trace) else graph
+    nodes = len(g.nodes)
+    ops = sum(1 for n in g.nodes if n.op is Op.ATEN)
+    if nodes <= TINY_TRACE or ops <= TINY_OPS or budget == "off":
         return None
     return max(EXPLORE_SMALL_S if nodes <= SMALL_TRACE else EXPLORE_MIN_S, EXPLORE_FACTOR * path_s)
 
