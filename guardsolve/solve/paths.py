@@ -333,7 +333,8 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
     # NOTE: ops of the trace that are identities at some sizes (an `expand` to the tensor's own
     # size, a full `slice`): where one is an identity at a point and not at the example, a route
     # that leaves it out (or one the trace's own decisions skip there) may compute the same
-    from guardsolve.trace.identity import candidates, holding, same_but_identities, values_at
+    from guardsolve.trace.identity import candidates, holding, same_but_identities
+    from guardsolve.trace.local import values_at
 
     ids = candidates(t)
     at_example = {i.out for i in holding(ids, values_at(t.recorded.nodes, example))} if ids else set()

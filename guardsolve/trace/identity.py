@@ -82,38 +82,21 @@ def candidates(t: Any) -> list[Identity]:
     return out
 
 
-def values_at(nodes: list[Node], point: Mapping[str, int]) -> dict[str, Any]:
-    """Every int and bool of a recorded guard graph at `point` (missing where it has none)."""
-    from guardsolve.ir.concrete import INT_RULES
-
-    env: dict[str, Any] = {}
-    for n in nodes:
-        if n.op is Op.BOOL_BAILOUT or not n.outputs:
-            continue
-        if n.op in _DIMS:
-            if n.params["name"] in point:
-                env[n.outputs[0]] = point[n.params["name"]]
-            continue
-        rule = INT_RULES.get(n.op)
-        if rule is None or any(i not in env for i in n.inputs):
-            continue
-        try:
-            env[n.outputs[0]] = rule(*(env[i] for i in n.inputs), **n.params)
-        except (ArithmeticError, TypeError, ValueError):
-            continue
-    return env
-
-
 def holding(ids: list[Identity], env: Mapping[str, Any]) -> list[Identity]:
     """The identities whose sizes are equal in `env` (values of the recorded guard graph)."""
+    from guardsolve.trace.local import _UNKNOWN
+
     def value(x: Any) -> Any:
-        return x if isinstance(x, int) else env.get(x)
+        v = x if isinstance(x, int) else env.get(x, _UNKNOWN)
+        return None if v is _UNKNOWN else v
 
     return [i for i in ids if all(value(a) is not None and value(a) == value(b) for a, b in i.equal)]
 
 
 def identities_at(t: Any, point: Mapping[str, int]) -> list[Identity]:
     """The ops of trace `t` that are identities at input dims `point`."""
+    from guardsolve.trace.local import values_at
+
     ids = candidates(t)
     return holding(ids, values_at(t.recorded.nodes, point)) if ids else []
 
@@ -166,22 +149,17 @@ def _canonical(t: Any, skip: Mapping[str, str]) -> tuple[list[Any], Any] | None:
     return calls, spec
 
 
-def _copy(src: list[Node], dst: Graph, name: str, memo: dict[str, str], dims: Mapping[str, str]) -> str:
-    """Guard-graph value `name` of the recorded nodes `src`, emitted into `dst` (placeholders
-    by dim name, `dims`); its name there."""
+def _copy(by_out: Mapping[str, Node], dst: Graph, name: str, memo: dict[str, str], dims: Mapping[str, str]) -> str:
+    """Guard-graph value `name` of the recorded nodes (`by_out`: each by its output), emitted
+    into `dst` (placeholders by dim name, `dims`); its name there."""
     got = memo.get(name)
     if got is not None:
         return got
-    by_out = memo.setdefault("\0index", {})  # type: ignore[arg-type]
-    if not by_out:
-        for n in src:
-            for o in n.outputs:
-                by_out[o] = n  # type: ignore[index]
-    n = by_out[name]  # type: ignore[index]
+    n = by_out[name]
     if n.op in _DIMS:
         out = dims[n.params["name"]]
     else:
-        ins = tuple(_copy(src, dst, i, memo, dims) for i in n.inputs)
+        ins = tuple(_copy(by_out, dst, i, memo, dims) for i in n.inputs)
         out = dst.emit(n.op, ins, **n.params)
     memo[name] = out
     return out
@@ -191,13 +169,13 @@ def with_conditions(g: Graph, ids: list[Identity], src: list[Node], why: str) ->
     """Guard graph `g` with a bailout for each size equality of `ids` (recorded as `src`'s
     names), so that the route's guards hold only where those ops are identities."""
     out = Graph(list(g.nodes), meta=dict(g.meta))
-    out.reserve([o for n in g.nodes for o in n.outputs])
     dims = {n.params["name"]: n.outputs[0] for n in g.nodes if n.op in _DIMS}
-    memo: dict[str, Any] = {}
+    by_out = {o: n for n in src for o in n.outputs}
+    memo: dict[str, str] = {}
     for i in ids:
         for a, b in i.equal:
-            xa = out.emit(Op.INT_CONST, (), val=a) if isinstance(a, int) else _copy(src, out, a, memo, dims)
-            xb = out.emit(Op.INT_CONST, (), val=b) if isinstance(b, int) else _copy(src, out, b, memo, dims)
+            xa = out.emit(Op.INT_CONST, (), val=a) if isinstance(a, int) else _copy(by_out, out, a, memo, dims)
+            xb = out.emit(Op.INT_CONST, (), val=b) if isinstance(b, int) else _copy(by_out, out, b, memo, dims)
             eq = out.emit(Op.INT_EQ, (xa, xb))
             out.emit(Op.BOOL_BAILOUT, (eq,), meta={"why": why}, expect=True)
     return out

@@ -82,6 +82,30 @@ class Recorded:
                         rec.local_blocked, rec.strides_read or rec.user_layout, set(rec.sizes_seen))
 
 
+def values_at(nodes: list[Any], point: Mapping[str, int]) -> dict[str, Any]:
+    """Every int and bool of a recorded guard graph's `nodes` at input dims `point` (`_UNKNOWN`
+    where it has none: a dim not given, a zero divisor, data)."""
+    env: dict[str, Any] = {}
+    for n in nodes:
+        op = n.op
+        if op is Op.BOOL_BAILOUT or not n.outputs:
+            continue
+        out = n.outputs[0]
+        if op in _DIMS:
+            env[out] = point.get(n.params["name"], _UNKNOWN)
+            continue
+        rule = INT_RULES.get(op)
+        args = [env.get(i, _UNKNOWN) for i in n.inputs]
+        if rule is None or any(a is _UNKNOWN for a in args):
+            env[out] = _UNKNOWN
+            continue
+        try:
+            env[out] = rule(*args, **n.params)
+        except (ArithmeticError, TypeError, ValueError):
+            env[out] = _UNKNOWN
+    return env
+
+
 class _Cannot(Exception):
     """A call this replay cannot run alone (its inputs are not sizes and strides it can rebuild)."""
 
@@ -137,30 +161,7 @@ class LocalReplay:
 
     def values(self, point: Mapping[str, int]) -> dict[str, Any]:
         """Every int and bool of the recorded guard graph at `point` (`_UNKNOWN` where it has none)."""
-        env: dict[str, Any] = {}
-        for n in self.recorded.nodes:
-            op = n.op
-            if op is Op.BOOL_BAILOUT:
-                continue
-            if not n.outputs:
-                continue
-            out = n.outputs[0]
-            if op in _DIMS:
-                env[out] = point.get(n.params["name"], _UNKNOWN)
-                continue
-            rule = INT_RULES.get(op)
-            if rule is None:
-                env[out] = _UNKNOWN
-                continue
-            args = [env.get(i, _UNKNOWN) for i in n.inputs]
-            if any(a is _UNKNOWN for a in args):
-                env[out] = _UNKNOWN
-                continue
-            try:
-                env[out] = rule(*args, **n.params)
-            except (ArithmeticError, TypeError, ValueError):
-                env[out] = _UNKNOWN
-        return env
+        return values_at(self.recorded.nodes, point)
 
     # -- one probe ------------------------------------------------------------------------------
 
