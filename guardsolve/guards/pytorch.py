@@ -164,7 +164,7 @@ def pytorch_rules(rec: Recorder, signature: tuple[Param, ...], reads: dict[str, 
             raise TraceError(f"int argument {name} has no example value (val=...); PyTorch's shape rules need one")
         return _sym(rec.input_dim(name, val, Op.INT_ARG, None, 0))
 
-    def param(*, name: str, shape: tuple[int, ...], dtype: str = "float32") -> Any:
+    def param(*, name: str, shape: tuple[int, ...], dtype: str = "float32", crc: int | None = None) -> Any:
         return torch.empty(shape, dtype=dtype_of(dtype, current["node"]), device="meta")
 
     def call(*values: Any, fn: str, args: Any, kwargs: Any) -> Any:

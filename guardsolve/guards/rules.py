@@ -341,6 +341,76 @@ def _fractional_max_pool3d(x: torch.Tensor, kernel_size: list[int], output_size:
     return x.new_empty(shape), x.new_empty(shape, dtype=torch.int64)
 
 
+def _kron(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`kron`'s C++ kernel (`KronImpl`, `LinearAlgebra.cpp`) with symbolic sizes: it reads the
+    sizes as ints, which pins every dim. Each operand padded to the larger rank, interleaved
+    with 1s, multiplied (a broadcast against 1s: no decision) and merged pairwise."""
+    rank = max(a.dim(), b.dim())
+    sa = [1] * (rank - a.dim()) + list(a.shape)
+    sb = [1] * (rank - b.dim()) + list(b.shape)
+    left = _aten.reshape.default(a, [s for d in sa for s in (d, 1)])
+    right = _aten.reshape.default(b, [s for d in sb for s in (1, d)])
+    return _aten._unsafe_view.default(_aten.mul.Tensor(left, right), [x * y for x, y in zip(sa, sb)])
+
+
+def _max_pool1d(x: torch.Tensor, kernel_size: list[int], stride: list[int] = (), padding: list[int] = (0,),  # type: ignore[assignment]
+                dilation: list[int] = (1,), ceil_mode: bool = False) -> torch.Tensor:  # type: ignore[assignment]
+    """`max_pool1d`'s CPU kernel (`MaxPooling.cpp`: `check_max_pool1d`, then a contiguous output)
+    with a symbolic length: the kernel reads it as an int (`guard_int`), which pins it."""
+    from torch._meta_registrations import pooling_output_shape
+
+    torch._check(x.dim() in (2, 3), lambda: f"max_pool1d() Expected 2D or 3D input tensor, but got {list(x.shape)}")
+    torch._check(len(kernel_size) == 1, lambda: "max_pool1d() kernel_size must be an int, list of ints or tuple "
+                 f"of ints of size 1 but got size {len(kernel_size)}")
+    torch._check(len(stride) in (0, 1), lambda: "max_pool1d() stride must be None, an int, list of ints, or tuple "
+                 f"of ints of size 1 but got size {len(stride)}")
+    torch._check(len(padding) == 1, lambda: "max_pool1d() padding must be an int, list of ints, or tuple of ints "
+                 f"of size 1 but got size {len(padding)}")
+    torch._check(len(dilation) == 1, lambda: "max_pool1d() dilation must be an int, list of ints or tuple of "
+                 f"ints of size 1 but got size {len(dilation)}")
+    (k,), (p,), (d,) = kernel_size, padding, dilation
+    (s,) = stride or kernel_size
+    torch._check(k > 0, lambda: f"max_pool1d() kernel_size must be greater than zero, but got {k}")
+    torch._check(s > 0, lambda: f"max_pool1d() stride must be greater than zero, but got {s}")
+    torch._check(p >= 0, lambda: f"max_pool1d() padding must be non-negative, but got {p}")
+    torch._check(p <= k // 2, lambda: f"max_pool1d() padding should be at most half of kernel size, but got "
+                 f"padding={p} and kernel_size={k}")
+    torch._check(d > 0, lambda: f"max_pool1d() dilation must be greater than zero, but got {d}")
+    width = pooling_output_shape(x.size(-1), k, p, s, d, ceil_mode)
+    torch._check(width > 0, lambda: f"max_pool1d() Invalid computed output size: {width}")
+    return x.new_empty((*x.shape[:-1], width))
+
+
+def _rnn_one_step(name: str) -> Callable[[Recorder | None], Callable[..., Any]]:
+    """`rnn_tanh.input`, `rnn_relu.input`, `gru.input`: PyTorch's decomposition unbinds the
+    sequence (pinning its length); run on the first step alone, it makes every check of the
+    weights and hidden state, and the output takes the sequence's length, laid out as eager's
+    CPU kernel lays it (steps concatenated, then transposed for `batch_first`)."""
+
+    def make(rec: Recorder | None) -> Callable[..., Any]:
+        def rule(input: torch.Tensor, hx: torch.Tensor, params: Any, has_biases: bool, num_layers: int,
+                 dropout: float, train: bool, bidirectional: bool, batch_first: bool) -> Any:
+            try:
+                from torch._decomp import decompositions
+
+                decomp = getattr(decompositions, name)
+            except AttributeError as e:  # pragma: no cover - a torch outside the pinned range
+                raise UnsupportedOpError(f"aten.{name}", f"torch {torch.__version__} moved this RNN's "
+                                         f"decomposition ({e}); guardsolve is tested on 2.13") from e
+            time = 1 if batch_first else 0
+            torch._check(input.dim() == 3, lambda: f"input must have 3 dimensions, got {input.dim()}")
+            torch._check(input.size(time) > 0, lambda: "Expected sequence length to be larger than 0 in RNN")
+            step, hy = decomp(input.narrow(time, 0, 1), hx, params, has_biases, num_layers, dropout, train,
+                              bidirectional, batch_first)
+            batch, width = step.size(1 - time), step.size(2)
+            out = step.new_empty((input.size(time), batch, width))
+            return (out.transpose(0, 1) if batch_first else out), hy
+
+        return rule
+
+    return make
+
+
 def _resize_in_place(x: torch.Tensor, sizes: Any, memory_format: Any = None) -> torch.Tensor:
     """`resize_` / `resize_as_` to the tensor's own sizes, a no-op: a guard that the sizes are
     equal. A traced tensor's sizes are fixed when it is made (a wrapper's cannot be changed in
@@ -440,6 +510,11 @@ _FLASH = 1  # NOTE: `torch.nn.attention.SDPBackend.FLASH_ATTENTION`, as `_fused_
 OWN_META: dict[Any, Callable[[Recorder | None], Callable[..., Any]]] = {
     _aten.fractional_max_pool3d.default: lambda rec: _fractional_max_pool3d,
     _aten.lstm.input: _lstm,
+    _aten.rnn_tanh.input: _rnn_one_step("rnn_tanh_input"),
+    _aten.rnn_relu.input: _rnn_one_step("rnn_relu_input"),
+    _aten.gru.input: _rnn_one_step("gru_impl"),
+    _aten.kron.default: lambda rec: _kron,
+    _aten.max_pool1d.default: lambda rec: _max_pool1d,
     _aten.scaled_dot_product_attention.default: _sdpa,
     _aten.item.default: lambda rec: lambda x: _item_checked(rec, x),
 }

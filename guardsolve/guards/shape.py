@@ -85,7 +85,7 @@ def seed_rules(out: Graph, signature: tuple[Param, ...]) -> RuleTable:
         Op.SIZE_CTOR: lambda *ds: tuple(ds),
         Op.VAR_EXPAND: lambda a, size: size,
         **{op: (lambda a, b: a) for op in TENSOR_ELEMENTWISE},
-        Op.VAR_PARAM: lambda *, name, shape, dtype=None: tuple(const(d) for d in shape),
+        Op.VAR_PARAM: lambda *, name, shape, dtype=None, crc=None: tuple(const(d) for d in shape),
         Op.VAR_TO_BOOL: opaque,
         Op.BOOL_OPAQUE: emit(Op.BOOL_OPAQUE),
     }, enter)

@@ -106,6 +106,7 @@ _FLOAT_OPS: dict[str, Callable[[Any, Any], Any]] = {
     "bitwise_and": operator.and_, "bitwise_or": operator.or_, "bitwise_xor": operator.xor,
 }
 _FOLD = {**{k: f for k, (_, f) in _BINARY.items()}, **_FLOAT_OPS}
+_TO_FLOAT = frozenset({"truediv", "int_truediv", "float_truediv", "float_pow"})  # a float out of ints
 _COMMUTATIVE = frozenset({Op.INT_ADD, Op.INT_MUL, Op.INT_EQ, Op.INT_NE, Op.BOOL_AND, Op.BOOL_OR})
 # Ops that fold to a constant when both sides are the same node.
 _SELF_TRUE = frozenset({Op.INT_EQ, Op.INT_LE, Op.INT_GE})
@@ -461,12 +462,12 @@ class SymGuard(SymNode):
 
     def _binary(self, op: Op, fn: Callable[[Any, Any], Any], other: "SymGuard") -> "SymGuard":
         """`self op other`, recorded; the hot path of every shape rule, so written out flat."""
+        if self.pytype is float or other.pytype is float:
+            return self._float(fn, other)
         if self.lazy is not None:
             self._force()
         if other.lazy is not None:
             other._force()
-        if self.pytype is float or other.pytype is float:
-            return self._wrap(fn(self._pin(), other._pin()))
         if self.const or other.const:
             if self.const and other.const:
                 return self._wrap(fn(self.hint, other.hint))
@@ -559,7 +560,37 @@ class SymGuard(SymNode):
                 return self._extremum(name, other)
             keep_self = (self.le(other) if name == "sym_min" else self.ge(other)).guard_bool("", 0)
             return self if keep_self else other
+        if name in _TO_FLOAT or self.pytype is float or other.pytype is float:
+            return self._float(_FOLD[name], other)
         return self._wrap(_FOLD[name](self._pin(), other._pin()))
+
+    def _float(self, fn: Callable[[Any, Any], Any], other: "SymGuard") -> "SymGuard":
+        """`fn(self, other)` where a float takes part: pinned in user code (the trace has no
+        floats); inside a shape rule, a float (or a comparison of one) that pins its sizes only
+        once something reads its value. A rule often computes a float it never reads for the
+        shape (`pinv`'s default `rtol = eps * max(m, n)`, an `upsample`'s `scale = in / out` for
+        its indices): the sizes stay free.
+
+        >>> from guardsolve.ir.ops import Op
+        >>> rec = Recorder(None); x = rec.input_dim("x0", 6, Op.INT_PLACEHOLDER, None, 0)
+        >>> rec.depth = 1; quarter = x.truediv(x._wrap(4))
+        >>> bailouts = lambda: [n for n in rec.guards.nodes if n.op is Op.BOOL_BAILOUT]
+        >>> quarter.hint, bailouts()
+        (1.5, [])
+        >>> quarter.floor().hint, len(bailouts())  # reading it pins x0
+        (1, 1)
+        """
+        if self.rec.depth == 0 or (self.const and other.const) or self.data or other.data:
+            return self._wrap(fn(self._pin(), other._pin()))
+        value = fn(self.hint, other.hint)
+        node = SymGuard(self.rec, value, type(value), None)
+
+        def pin() -> None:
+            self._pin()
+            other._pin()
+
+        node.lazy = pin
+        return node
 
     def _extremum(self, name: str, other: "SymGuard") -> "SymGuard":
         """`min`/`max` of an unbacked size that no bound decides (PyTorch keeps `Max(u0, 1)`
@@ -665,6 +696,8 @@ class SymGuard(SymNode):
 
     def guard_bool(self, file: str, line: int) -> bool:
         self._force()
+        if self.pytype is float:  # NOTE: `bool(x)` of a float: forcing it pinned its sizes
+            return bool(self.hint)
         if self.data is not None:
             known = _static(self)
             if known is None:

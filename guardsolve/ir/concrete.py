@@ -117,7 +117,7 @@ def concrete_rules(inputs: Mapping[str, Any]) -> RuleTable:
             raise InputMismatchError(f"input {name!r} must be a rank-{rank} tensor, got {got}")
         return t
 
-    def var_param(*, name: str, shape: tuple[int, ...], dtype: str | None = None) -> torch.Tensor:
+    def var_param(*, name: str, shape: tuple[int, ...], dtype: str | None = None, crc: int | None = None) -> torch.Tensor:
         t = lookup(name)
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
             raise InputMismatchError(f"constant {name!r} must be a tensor of shape {list(shape)}")

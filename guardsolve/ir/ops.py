@@ -145,7 +145,7 @@ SPECS: Mapping[Op, OpSpec] = {
     Op.VAR_STRIDE: OpSpec((_T,), _S),
     Op.VAR_STORAGE_OFFSET: OpSpec((_T,), _I),
     Op.VAR_EXPAND: OpSpec((_T, _S), _T),
-    Op.VAR_PARAM: OpSpec((), _T, {"name": str, "shape": Ints}, optional={"dtype": str}),
+    Op.VAR_PARAM: OpSpec((), _T, {"name": str, "shape": Ints}, optional={"dtype": str, "crc": int}),
     Op.VAR_TO_BOOL: OpSpec((_T,), _B),
     Op.BOOL_OPAQUE: OpSpec((), _B, {"name": str}),
     Op.ATEN: OpSpec((), _T, {"fn": OpName, "args": Args, "kwargs": Kwargs}, any_inputs=True),

@@ -541,7 +541,7 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     # some neighbours of the routes found
     small = size <= SMALL_TRACE
     cap = TINY_PROBES if size <= TINY_TRACE else SMALL_PROBES
-    budget = limit if limit is not None else (min(len(queue) + 8, cap) if small else
+    budget = limit if limit is not None else (cap if small else
                                               min(4 * len(units) + 4, MAX_PROBES))
     seen = {tuple(sorted(example.items()))}
     looked = 0

@@ -129,7 +129,7 @@ def _canonical(t: Any, skip: Mapping[str, str]) -> tuple[list[Any], Any] | None:
             calls.append((op.value, tuple(sorted((k, v) for k, v in n.params.items() if k not in ("shape", "val")))))
         elif op is Op.VAR_PARAM:
             canon[n.outputs[0]] = ("param", n.params["name"])
-            calls.append(("param", n.params["name"], tuple(n.params.get("shape", ()))))
+            calls.append(("param", n.params["name"], tuple(n.params.get("shape", ())), n.params.get("crc")))
         else:
             try:
                 params = tuple(sorted((k, repr(v)) for k, v in n.params.items()))

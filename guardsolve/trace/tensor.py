@@ -15,8 +15,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
+
+import zlib
 
 import torch
 from torch._ops import _len_torch_dispatch_stack_pre_dispatch
@@ -197,6 +200,7 @@ class TracingMode(TorchDispatchMode):
         self.names = names  # id(tensor) -> a readable name for constants (module paths)
         self.constants: dict[str, torch.Tensor] = {}
         self._const_names: dict[int, str] = {}
+        self._made: dict[int, weakref.ref[torch.Tensor]] = {}  # tensors untraced ops made during the trace
         self._const_meta: dict[int, torch.Tensor] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -303,6 +307,11 @@ class TracingMode(TorchDispatchMode):
         else:
             real_out = eager()
             if not traced:
+                # NOTE: made here (a C++ composite's `scalar_tensor(n)`, a factory of constant
+                # sizes): a constant whose value this trace decides, unlike a captured tensor
+                for x in flatten(real_out)[0]:
+                    if isinstance(x, torch.Tensor):
+                        self._made[id(x)] = weakref.ref(x)
                 return real_out
             done, meta_out = self._meta_call(func, args, kwargs, flat, spec, real_out)
             if done:
@@ -508,7 +517,16 @@ class TracingMode(TorchDispatchMode):
             base = "".join(c if c.isalnum() or c == "_" else "_" for c in self.names.get(id(t), "const"))
             base = base if base.isidentifier() else "p_" + base
             name = base if base != "const" and not rec.trace.taken(base) else rec.trace.fresh(base + ("" if base == "const" else "_"))
-            rec.trace.emit(Op.VAR_PARAM, (), out=name, name=name, shape=tuple(t.shape), dtype=dtype_name(t.dtype))
+            # NOTE: a small tensor made during the trace (a C++ composite's `scalar_tensor(n)` of
+            # a size it read as an int: `cov`'s observation count) carries its value's checksum,
+            # so a trace at other sizes whose constant differs is another trace. A captured
+            # tensor (a parameter, running statistics an op updates in place) is the same
+            # object in every trace: its name stands for it.
+            made = self._made.get(id(t))
+            crc = _checksum(t) if made is not None and made() is t else None
+            extra = {} if crc is None else {"crc": crc}
+            rec.trace.emit(Op.VAR_PARAM, (), out=name, name=name, shape=tuple(t.shape), dtype=dtype_name(t.dtype),
+                           **extra)
             self._const_names[id(t)] = name
             self.constants[name] = t
         return name
@@ -721,3 +739,21 @@ def _disagreement(func: Any, real: torch.Tensor, meta: Any) -> str | None:
         return (f"{qualified_name(func)}'s shape rule gives {list(hints)} {meta.dtype}, "
                 f"eager {list(real.shape)} {real.dtype}")
     return None
+
+
+SMALL_CONSTANT = 64  # elements: a captured tensor up to this size is compared by value across traces
+
+
+def _checksum(t: torch.Tensor) -> int | None:
+    """A checksum of a small dense CPU tensor's values (None for a larger or other one).
+
+    >>> _checksum(torch.tensor(2)) == _checksum(torch.tensor(2)), _checksum(torch.tensor(2)) == _checksum(torch.tensor(3))
+    (True, False)
+    """
+    if t.numel() > SMALL_CONSTANT or t.device.type != "cpu" or t.layout is not torch.strided or t.is_quantized:
+        return None
+    try:
+        data = t.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    except (RuntimeError, TypeError):  # NOTE: a dtype numpy lacks, a tensor subclass
+        return None
+    return zlib.crc32(data + repr((tuple(t.shape), t.dtype)).encode())
