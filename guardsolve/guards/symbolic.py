@@ -582,7 +582,12 @@ class SymGuard(SymNode):
         """
         if self.rec.depth == 0 or (self.const and other.const) or self.data or other.data:
             return self._wrap(fn(self._pin(), other._pin()))
-        value = fn(self.hint, other.hint)
+        try:
+            value = fn(self.hint, other.hint)
+        except ArithmeticError:  # NOTE: `1 / sqrt(0)`: the failure is decided by these values
+            self._pin()
+            other._pin()
+            raise
         node = SymGuard(self.rec, value, type(value), None)
 
         def pin() -> None:

@@ -38,12 +38,15 @@ DEFAULT_TIMEOUT_MS = 5000
 # and each dim at 0 and 1 whatever the time, then stops after this many times the example's own
 # path (its trace and its simplify), and never before EXPLORE_MIN_S: end to end, trace + simplify
 # stays within a few times the path alone, as PyTorch's own tracers do (`benchmarks/run.py`).
-# A trace of one op or two (`TINY_OPS`, or `paths.TINY_TRACE` nodes) has no time budget, only its probe budget;
-# a small one (`paths.SMALL_TRACE` nodes) at least EXPLORE_SMALL_S. `GUARDSOLVE_EXPLORE_BUDGET=off`
-# turns the time budget off (the probe budget alone: the same guards on a loaded machine).
+# A trace of one op or two (`TINY_OPS`, or `paths.TINY_TRACE` nodes) probes a few ms a point, up to its
+# probe budget, but at most EXPLORE_TINY_S (an op whose rule is a whole decomposition, as
+# `scaled_dot_product_attention`'s, takes 50 ms a point); a small one (`paths.SMALL_TRACE` nodes)
+# at least EXPLORE_SMALL_S. `GUARDSOLVE_EXPLORE_BUDGET=off` turns the time budget off (the probe
+# budget alone: the same guards on a loaded machine).
 EXPLORE_FACTOR = 2.0
 EXPLORE_MIN_S = 0.02
 EXPLORE_SMALL_S = 0.05
+EXPLORE_TINY_S = 2.0
 TINY_OPS = 2
 # Below this many bailouts a graph simplifies in well under a second: forking costs more than it saves
 PARALLEL_MIN_BAILOUTS = 4000
@@ -678,8 +681,9 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
 
 def _explore_seconds(graph: Any, path_s: float) -> float | None:
     """How long exploring may probe past its first points, for a trace whose own path (trace
-    and simplify) took `path_s`; None (no time budget) for a trace of one op or two (at most
-    `TINY_OPS` ops, or `paths.TINY_TRACE` nodes)."""
+    and simplify) took `path_s`; at least `EXPLORE_TINY_S` for a trace of one op or two (at
+    most `TINY_OPS` ops, or `paths.TINY_TRACE` nodes); None (no time budget) with
+    `GUARDSOLVE_EXPLORE_BUDGET=off`."""
     from guardsolve.solve.paths import SMALL_TRACE, TINY_TRACE
     from guardsolve.trace.tracer import Trace
 
@@ -689,8 +693,10 @@ def _explore_seconds(graph: Any, path_s: float) -> float | None:
     g = graph.graph if isinstance(graph, Trace) else graph
     nodes = len(g.nodes)
     ops = sum(1 for n in g.nodes if n.op is Op.ATEN)
-    if nodes <= TINY_TRACE or ops <= TINY_OPS or budget == "off":
+    if budget == "off":
         return None
+    if nodes <= TINY_TRACE or ops <= TINY_OPS:
+        return max(EXPLORE_TINY_S, EXPLORE_FACTOR * path_s)
     return max(EXPLORE_SMALL_S if nodes <= SMALL_TRACE else EXPLORE_MIN_S, EXPLORE_FACTOR * path_s)
 
 
