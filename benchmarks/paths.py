@@ -72,6 +72,7 @@ class Tally:
     over: list[str] = field(default_factory=list)
     replays: int = 0
     eager_unstable: int = 0  # accepted inputs where two eager runs from one seed disagree (not compared)
+    unreplayable: bool = False  # the trace's random ops follow a reseed: `guarded` never replays it
     replay_failures: list[str] = field(default_factory=list)
 
 
@@ -146,10 +147,12 @@ def judge(kind: str, name: str, fn: Callable[..., Any], inputs: tuple[Any, ...],
         return tally
     variants = list(boundary_variants(base, inputs)) + (wide_variants(gs, inputs) if WIDE else [])
     replay = None
-    if WIDE:
+    if WIDE and t.unreplayable is None:  # NOTE: else `guarded` never replays it (it reseeds its RNG)
         from guardsolve.trace.replay import compile_replay
 
         replay = compile_replay(t.graph, t.out_spec, t.constants)
+    elif WIDE:
+        tally.unreplayable = True
     for what, variant in variants:
         send(("case", what))
         try:
@@ -286,8 +289,11 @@ def table(tallies: list[Tally]) -> str:
         replays = sum(t.replays for t in judged)
         failed = sum(len(t.replay_failures) for t in judged)
         unstable = sum(t.eager_unstable for t in judged)
+        reseeded = sum(t.unreplayable for t in judged)
         lines = [f"Replay of every input the merged guards accept: {replays} replayed, {failed} differ from eager"
-                 f" ({unstable} not compared: two eager runs from one seed disagree there).", ""] + lines
+                 f" ({unstable} not compared: two eager runs from one seed disagree there; {reseeded} programs not "
+                 "replayed: their random ops follow a reseed inside the function, so `guarded` serves them "
+                 "from a trace's own run and keeps no entry).", ""] + lines
     for label, attr in (("merged paths (default)", "merged"), ("example's path alone (explore=False)", "path")):
         total = collections.Counter()
         for t in judged:

@@ -663,3 +663,29 @@ def test_item_checks_run_in_the_replay() -> None:
 def test_item_with_value_guards_pins_the_value() -> None:
     t = guardsolve.trace(lambda x: x * x.sum().item(), torch.ones(3), value_guards=True)
     assert "aten.item" not in str(t.graph) and "var_to_bool" in str(t.graph)
+
+
+def test_random_ops_after_a_reseed_inside_the_function_are_never_replayed() -> None:
+    """A function that seeds the RNG itself (op_db's `wrapper_set_seed`) draws from that seed;
+    its trace's replay would draw from the caller's stream. The trace says so, and `guarded`
+    serves each call from a trace's own run (eager's values) and keeps no entry."""
+
+    def reseeds(x: torch.Tensor) -> torch.Tensor:
+        torch.manual_seed(42)
+        return F.dropout(x, 0.5)
+
+    def untraced_draw(x: torch.Tensor) -> torch.Tensor:
+        noise = torch.randn(3)  # NOTE: no traced input: a constant of the trace, drawn once
+        return F.dropout(x, 0.5) + noise
+
+    t = guardsolve.trace(reseeds, torch.ones(4, 3))
+    assert t.unreplayable is not None and "aten.dropout.default" in t.unreplayable, t.unreplayable
+    assert guardsolve.trace(untraced_draw, torch.ones(4, 3)).unreplayable is not None
+    assert guardsolve.trace(lambda x: F.dropout(x, 0.5) * 2, torch.ones(4, 3)).unreplayable is None
+    g = guardsolve.guarded(reseeds)
+    for n in (4, 4, 5):
+        torch.manual_seed(n)
+        assert torch.equal(g(torch.ones(n, 3)), reseeds(torch.ones(n, 3)))
+    info = g.cache_info()
+    assert info.entries == 0 and info.traces == 3, info
+    assert "draws from a generator state set outside the trace" in info.miss_reasons[-1]

@@ -379,10 +379,12 @@ class GuardedFunction:
                 # NOTE: a data-dependent branch, an op the tracer does not know: eager serves it
                 return self._run_eagerly(record, f"cannot be traced: {type(e).__name__}: {_first_line(e)}", args, kwargs)
             self._traces.inc()
-            if entry.trace.opaque:
+            if entry.trace.opaque or entry.trace.unreplayable is not None:
                 # NOTE: its output holds traced values inside objects a replay cannot rebuild
-                # (a model's cache object): the call is served, no entry is kept
-                self._log.append("the trace's output holds objects a replay cannot rebuild; no entry kept")
+                # (a model's cache object), or its random ops drew from a state set outside the
+                # trace (a reseed): the call is served by the trace's own run, no entry is kept
+                self._log.append(f"{entry.trace.unreplayable}; no entry kept" if entry.trace.unreplayable else
+                                 "the trace's output holds objects a replay cannot rebuild; no entry kept")
                 return entry.trace.output
             if self.backend == "inductor":
                 variant = self._compile(entry, values)

@@ -202,6 +202,11 @@ class TracingMode(TorchDispatchMode):
         self._const_names: dict[int, str] = {}
         self._made: dict[int, weakref.ref[torch.Tensor]] = {}  # tensors untraced ops made during the trace
         self._const_meta: dict[int, torch.Tensor] = {}
+        # NOTE: the CPU generator's state after the last recorded random op (at first, as the
+        # trace starts): a random op that finds another state follows a reseed (`manual_seed`)
+        # or a random call the trace does not record, which no replay reproduces
+        self._rng = torch.default_generator.get_state()
+        self.reseeded: str | None = None  # why a replay cannot draw eager's random values, if so
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         rec = self.rec
@@ -285,7 +290,12 @@ class TracingMode(TorchDispatchMode):
                                      self._where())
         real_args, real_kwargs = unflatten(real_flat, spec)
 
+        seeded = traced and self.reseeded is None and torch.Tag.nondeterministic_seeded in func.tags
+
         def eager() -> Any:
+            if seeded and not torch.equal(torch.default_generator.get_state(), self._rng):
+                self.reseeded = (f"the random op {qualified_name(func)} draws from a generator state set outside "
+                                 f"the trace (torch.manual_seed, or a random call it does not record){self._at()}")
             try:
                 # NOTE: an enclosing trace must not see our inner work, and eager's kernels run as
                 # eager picks them (no Python decompositions: `lstm`'s takes mkldnn at batch 0)
@@ -293,6 +303,9 @@ class TracingMode(TorchDispatchMode):
                     return func(*real_args, **real_kwargs)
             except Exception as e:
                 raise eager_error(e, self._at()) from e
+            finally:
+                if seeded:
+                    self._rng = torch.default_generator.get_state()
 
         if rec.meta_first and traced and not _sized_by_data(func):
             # NOTE: a trace at sizes the user never called (`solve.paths`): the shape rule first,

@@ -68,6 +68,9 @@ class Trace:
     # (`trace.local`); dropped with `inputs`
     recorded: Any = field(default=None, repr=False)
     seconds: float = 0.0  # NOTE: how long `trace` took (exploring other routes is budgeted against it)
+    # NOTE: why a replay cannot give eager's values (a random op after a reseed inside the
+    # function); `guarded` serves such a call from the trace's own run and keeps no entry
+    unreplayable: str | None = None
 
     def __repr__(self) -> str:
         """Short: what was traced and at which shapes, not the output tensor.
@@ -254,6 +257,8 @@ test of a size records `bool_bailout(i2, expect=False)` where the trace has `boo
         return Why("records another trace: another memory layout")
     if u.opaque != t.opaque:
         return Why("records another trace: output objects a replay cannot rebuild")
+    if (u.unreplayable is None) != (t.unreplayable is None):
+        return Why(f"records another trace: {u.unreplayable or t.unreplayable}")
     return None
 
 
@@ -364,7 +369,7 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
     guards = rec.guards.pruned(in_place=recorded is None)  # NOTE: `recorded` keeps the nodes' names
     guards.meta["static"] = graph.meta["static"] = tuple(static)
     return Trace(graph, unwrap(result), signature, fn, mode.constants, out_spec, guards, tuple(static),
-                 tuple(notes), opaque, tuple(example_inputs), value_guards, recorded)
+                 tuple(notes), opaque, tuple(example_inputs), value_guards, recorded, unreplayable=mode.reseeded)
 
 
 def placeholder(rec: Recorder, p: Param, value: Any, strided: dict[str, str] | None = None) -> Any:
