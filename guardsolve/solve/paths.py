@@ -44,6 +44,7 @@ VALUES = (0, 1)
 MAX_PROBES = 16  # points probed per trace, at most (each costs up to a trace)
 SMALL_TRACE = 40  # a trace of at most this many nodes is cheap to trace again: up to SMALL_PROBES
 SMALL_PROBES = 64
+ROUTE_PROBES = 4  # more probes a small trace takes for each route it finds, up to its cap
 TINY_TRACE = 12  # one op or two (a broadcast of three operands): every point queued, up to TINY_PROBES
 TINY_PROBES = 160
 WIDE_CLAUSES = 96  # raw clauses of every route's disjunction tried before picking routes
@@ -541,8 +542,10 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     # some neighbours of the routes found
     small = size <= SMALL_TRACE
     cap = TINY_PROBES if size <= TINY_TRACE else SMALL_PROBES
-    budget = limit if limit is not None else (cap if small else
-                                              min(4 * len(units) + 4, MAX_PROBES))
+    # NOTE: a small trace probes everything queued first, then more while probes find routes
+    # (each route found allows ROUTE_PROBES more: its neighbours and the far sides of its decisions)
+    first = min(len(queue) + 8, cap)
+    budget = limit if limit is not None else (first if small else min(4 * len(units) + 4, MAX_PROBES))
     seen = {tuple(sorted(example.items()))}
     looked = 0
     accepts: list[Callable[..., bool]] = [base.check_dims]
@@ -552,6 +555,8 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     rejects: list[Graph] = []
     try:
         while queue and out.traces + out.replayed - out.stopped < budget and looked < 32 * budget:
+            if small and limit is None:
+                budget = min(first + ROUTE_PROBES * len(out.paths), cap)
             if seconds is not None and looked >= essential and time.perf_counter() - start > seconds:
                 out.left = len(queue)
                 out.out_of_time = seconds

@@ -696,7 +696,7 @@ def _explore_seconds(graph: Any, path_s: float) -> float | None:
     if budget == "off":
         return None
     if nodes <= TINY_TRACE or ops <= TINY_OPS:
-        return max(EXPLORE_TINY_S, EXPLORE_FACTOR * path_s)
+        return None
     return max(EXPLORE_SMALL_S if nodes <= SMALL_TRACE else EXPLORE_MIN_S, EXPLORE_FACTOR * path_s)
 
 
