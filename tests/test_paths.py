@@ -376,16 +376,38 @@ def test_a_resnet_traced_at_batch_1_accepts_batch_2_found_on_the_far_side_of_its
 
 
 def test_a_time_budget_probes_the_far_sides_and_the_0s_and_1s_first_and_says_what_it_left() -> None:
+    from guardsolve.solve.paths import SMALL_TRACE
+    from guardsolve.solve.simplify import merge_paths
+
+    # NOTE: two residual blocks before the resnet: more than SMALL_TRACE nodes, whose time
+    # budget does not grow with the routes found
+    m = torch.nn.Sequential(_Block(3), _Block(3), _ResNet()).eval()
+    with torch.no_grad():
+        t = guardsolve.trace(m, torch.randn(1, 3, 32, 32))
+        assert len(t.graph.nodes) > SMALL_TRACE
+        base = guardsolve.simplify(t, explore=False, readable=False)
+        gs = merge_paths(t, base, seconds=0.0)
+    ex = gs.exploration
+    # NOTE: the far side of the example's `x0 == 1` and each dim at 0 and 1 came first, whatever the time
+    assert {"input0": 2, "input1": 3, "input2": 32, "input3": 32} in [dict(p.point) for p in gs.paths]
+    tried = len(ex.paths) + len(ex.probes)
+    assert tried >= 1 + 2 * 4 and ex.left > 0, ex.summary()
+    assert ex.summary().endswith(f"the time budget (0 ms) left {ex.left} queued points unexplored"), ex.summary()
+
+
+def test_a_small_traces_time_budget_grows_while_its_probes_find_routes() -> None:
+    """A trace of at most SMALL_TRACE nodes: each route found allows ROUTE_PROBES more probes,
+    in time too, so a budget of 0 s past the first points goes on while routes are found
+    (`masked.var`'s 20 routes were cut at 8 by a 50 ms budget)."""
+    from guardsolve.solve.paths import SMALL_TRACE
     from guardsolve.solve.simplify import merge_paths
 
     m = _ResNet().eval()
     with torch.no_grad():
         t = guardsolve.trace(m, torch.randn(1, 3, 32, 32))
+        assert len(t.graph.nodes) <= SMALL_TRACE
         base = guardsolve.simplify(t, explore=False, readable=False)
-        gs = merge_paths(t, base, seconds=0.0)
-    ex = gs.exploration
-    # NOTE: the far side of the example's `x0 == 1` and each dim at 0 and 1 came first, whatever the time
-    assert {"x0": 2, "x1": 3, "x2": 32, "x3": 32} in [dict(p.point) for p in gs.paths]
-    tried = len(ex.paths) + len(ex.probes)
-    assert tried >= 1 + 2 * 4 and ex.left > 0, ex.summary()
-    assert ex.summary().endswith(f"the time budget (0 ms) left {ex.left} queued points unexplored"), ex.summary()
+        budgeted = merge_paths(t, base, seconds=0.0).exploration
+        unbounded = merge_paths(t, base).exploration
+    assert budgeted.left == 0 and not budgeted.out_of_time, budgeted.summary()
+    assert len(budgeted.paths) == len(unbounded.paths) > 1, (budgeted.summary(), unbounded.summary())

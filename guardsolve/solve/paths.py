@@ -553,11 +553,13 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     # NOTE: regions known to record another trace: the decisions a probe made before it
     # diverged (or before a shape rule rejected its sizes) hold at every point of the region
     rejects: list[Graph] = []
+    # NOTE: a small trace's time budget grows too while probes find routes: each route found
+    # allows ROUTE_PROBES more probes at the mean cost of those run so far
+    probe_s, probes_run, extra = 0.0, 0, 0.0  # NOTE: seconds spent probing, probes run, time allowed past `seconds`
     try:
         while queue and out.traces + out.replayed - out.stopped < budget and looked < 32 * budget:
-            if small and limit is None:
-                budget = min(first + ROUTE_PROBES * len(out.paths), cap)
-            if seconds is not None and looked >= essential and time.perf_counter() - start > seconds:
+            if (seconds is not None and looked >= essential
+                    and time.perf_counter() - start > seconds + extra):
                 out.left = len(queue)
                 out.out_of_time = seconds
                 break
@@ -580,7 +582,11 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
                 out.probes.append(Probe(point, changed, known.meta["why"], known.meta["probe"]))
                 continue
             before = out.replayed
+            began = time.perf_counter()
             got = probe(point)
+            ran = time.perf_counter() - began
+            probes_run += 1
+            probe_s += ran
             replayed = out.replayed > before
             if got[0] == "other":
                 _, why, region = got
@@ -601,6 +607,10 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
                 continue
             out.paths.append(Path(point, changed, gg, gs, replayed, got[2] if len(got) > 2 else ()))
             accepts.append(gs.check_dims)
+            if small and limit is None:
+                probe_s += time.perf_counter() - began - ran  # NOTE: and its guards' simplify
+                budget = min(first + ROUTE_PROBES * len(out.paths), cap)
+                extra += ROUTE_PROBES * probe_s / probes_run
             queue.extend(_candidates(example, units, point))
             # NOTE: and, for a small trace (cheap to probe), the far side of each decision of the
             # route found, nearest its point: the routes beyond it

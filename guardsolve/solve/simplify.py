@@ -38,15 +38,14 @@ DEFAULT_TIMEOUT_MS = 5000
 # and each dim at 0 and 1 whatever the time, then stops after this many times the example's own
 # path (its trace and its simplify), and never before EXPLORE_MIN_S: end to end, trace + simplify
 # stays within a few times the path alone, as PyTorch's own tracers do (`benchmarks/run.py`).
-# A trace of one op or two (`TINY_OPS`, or `paths.TINY_TRACE` nodes) probes a few ms a point, up to its
-# probe budget, but at most EXPLORE_TINY_S (an op whose rule is a whole decomposition, as
-# `scaled_dot_product_attention`'s, takes 50 ms a point); a small one (`paths.SMALL_TRACE` nodes)
-# at least EXPLORE_SMALL_S. `GUARDSOLVE_EXPLORE_BUDGET=off` turns the time budget off (the probe
-# budget alone: the same guards on a loaded machine).
+# A trace of one op or two (`TINY_OPS`, or `paths.TINY_TRACE` nodes) probes a few ms a point: its
+# probe budget alone bounds it, no time budget. A small one (`paths.SMALL_TRACE` nodes) has at least
+# EXPLORE_SMALL_S, and while its probes find routes each route found allows `paths.ROUTE_PROBES`
+# more probes at their mean cost. `GUARDSOLVE_EXPLORE_BUDGET=off` turns the time budget off (the
+# probe budget alone: the same guards on a loaded machine).
 EXPLORE_FACTOR = 2.0
 EXPLORE_MIN_S = 0.02
 EXPLORE_SMALL_S = 0.05
-EXPLORE_TINY_S = 2.0
 TINY_OPS = 2
 # Below this many bailouts a graph simplifies in well under a second: forking costs more than it saves
 PARALLEL_MIN_BAILOUTS = 4000
@@ -681,8 +680,8 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
 
 def _explore_seconds(graph: Any, path_s: float) -> float | None:
     """How long exploring may probe past its first points, for a trace whose own path (trace
-    and simplify) took `path_s`; at least `EXPLORE_TINY_S` for a trace of one op or two (at
-    most `TINY_OPS` ops, or `paths.TINY_TRACE` nodes); None (no time budget) with
+    and simplify) took `path_s`; None (no time budget: the probe budget alone) for a trace of one
+    op or two (at most `TINY_OPS` ops, or `paths.TINY_TRACE` nodes), and with
     `GUARDSOLVE_EXPLORE_BUDGET=off`."""
     from guardsolve.solve.paths import SMALL_TRACE, TINY_TRACE
     from guardsolve.trace.tracer import Trace
