@@ -91,7 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--export-check", action="store_true",
                    help="with --dynamic: export with the spec in torch.export itself, apply the pins it adds "
                         "beyond the guards, and print the spec it accepts")
-    t = sub.add_parser("trace", parents=[common, target], help="save the tensor trace in the text format")
+    t = sub.add_parser("trace", parents=[common, target],
+                       help="save the tensor trace in the text format, with the routes that only tracing the function "
+                            "again finds (--no-explore: the trace alone)")
     t.add_argument("-o", "--output", help="file to write (default: stdout)")
     c = sub.add_parser("check", parents=[common, target],
                        help="do new sizes satisfy the guards? exit 0 if they do, 1 if not")
@@ -285,6 +287,13 @@ def _trace(args: argparse.Namespace) -> int:
     from guardsolve.cli.targets import write_output
 
     loaded = _load(args)
+    if loaded.trace is not None and not args.no_explore:
+        from guardsolve.solve.simplify import simplify
+
+        # NOTE: exploring records in the trace the routes only tracing the function again finds
+        # (`ir.routes`): the saved text's guards are then the live trace's
+        with _Progress(f"exploring the routes of {len(loaded.graph)} trace nodes"):
+            simplify(loaded.trace, timeout_ms=args.timeout_ms, jobs=args.jobs)
     write_output(str(loaded.graph), args.output)
     return 0
 

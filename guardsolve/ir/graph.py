@@ -156,7 +156,13 @@ class Graph:
         return len(self.nodes)
 
     def __str__(self) -> str:
-        return "\n".join(str(n) for n in self.nodes)
+        text = "\n".join(str(n) for n in self.nodes)
+        routes = self.meta.get("routes")
+        if routes:  # NOTE: a tensor trace's routes found by tracing its function again (`ir.routes`)
+            from guardsolve.ir.routes import print_routes
+
+            text += "\n" + print_routes(routes)
+        return text
 
     def __repr__(self) -> str:
         return f"<Graph of {len(self.nodes)} nodes>"
@@ -205,10 +211,17 @@ class Graph:
 
     @classmethod
     def parse(cls, text: str) -> "Graph":
-        """Read the text format back; `Graph.parse(str(g)) == g`."""
+        """Read the text format back; `Graph.parse(str(g)) == g` (and the routes a trace's text
+        records, `ir.routes`, are its `meta["routes"]`)."""
         g = Graph()
         for node in parse_nodes(text):
             g.append(node)
+        if "#route" in text:
+            from guardsolve.ir.routes import parse_routes
+
+            routes = parse_routes(text)
+            if routes:
+                g.meta["routes"] = routes
         return g
 
     # -- checking ---------------------------------------------------------------

@@ -354,7 +354,10 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
         except Exception:
             return got
         g = same_but_identities(t, u, point)
-        return got if g is None else ("same", g, tuple(u.graph.meta.get("value_flips", ())))
+        if g is None:
+            return got
+        identity_routes.add(id(g))
+        return ("same", g, tuple(u.graph.meta.get("value_flips", ())))
 
     def _probe(point: Mapping[str, int]) -> Outcome:
         inputs = _inputs_at(t, point)
@@ -380,12 +383,59 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
             return ("other", why, None)
         return ("same", u.guard_graph(), tuple(u.graph.meta.get("value_flips", ())))
 
+    identity_routes: set[int] = set()  # NOTE: the guard graphs of routes found by tracing again (`id`)
     rng = torch.random.get_rng_state()
     try:
-        return _search(out, example, base, probe, reduce, limit, size=len(t.graph.nodes), widen=identities_here,
-                       seconds=seconds)
+        _search(out, example, base, probe, reduce, limit, size=len(t.graph.nodes), widen=identities_here,
+                seconds=seconds)
     finally:
         torch.random.set_rng_state(rng)  # NOTE: the probes' random ops leave the user's stream as it was
+    # NOTE: what only tracing the function found goes into the trace's text (`ir.routes`), so
+    # that exploring the saved text merges those routes as this exploration did
+    _record_routes(t.graph, [p for p in out.paths if id(p.graph) in identity_routes], list(example))
+    return out
+
+
+ROUTE_WHY = "a route the trace records (traced again: this trace but for ops that are identities there)"
+
+
+def _record_routes(graph: Graph, paths: Sequence[Path], dims: Sequence[str]) -> None:
+    """Record `paths` (routes found by tracing the function again) in tensor trace `graph`'s
+    `meta["routes"]`, each as its minimal guards over `dims` (`ir.routes`); a route recorded
+    before is not recorded twice."""
+    from guardsolve.ir.routes import Route
+    from guardsolve.solve.tograph import emit_bailout
+
+    have = list(graph.meta.get("routes", ()))
+    keys = {r.key() for r in have}
+    for p in paths:
+        g = Graph()
+        for d in dims:
+            g.emit(Op.INT_PLACEHOLDER, (), name=d)
+        for c in p.guards.constraints:
+            emit_bailout(g, c.formula)
+        r = Route(dict(p.point), g, "; ".join(c.text for c in p.guards.constraints))
+        if r.key() not in keys:
+            keys.add(r.key())
+            have.append(r)
+    if have:
+        graph.meta["routes"] = have
+
+
+def _recorded_route(graph: Graph, point: Mapping[str, int]) -> Graph | None:
+    """The guard graph of a route saved trace `graph` records (`ir.routes`) whose guards hold at
+    `point`, its bailouts saying so; None if none does."""
+    from guardsolve.errors import GuardFailure, GuardsolveError
+    from guardsolve.ir.node import Node
+
+    for r in graph.meta.get("routes", ()):
+        try:
+            _run(r.guards, point)
+        except (GuardFailure, GuardsolveError, ArithmeticError, KeyError):
+            continue
+        return Graph([Node(n.op, n.inputs, n.outputs, n.params, {"why": ROUTE_WHY}) if n.op is Op.BOOL_BAILOUT
+                      else n for n in r.guards.nodes], meta=dict(r.guards.meta))
+    return None
 
 
 def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, limit: int | None = None
@@ -425,6 +475,10 @@ def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, li
         try:
             gg = pytorch_guard_graph(_graph_at(graph, signature, point), signature, expect=reads)
         except Exception as e:
+            # NOTE: a route the live trace found by tracing the function again, recorded in the text
+            route = _recorded_route(graph, point)
+            if route is not None:
+                return ("same", route)
             prefix = getattr(e, "prefix_guards", None)
             decided = (prefix is not None and _replay_decided(e) and not _on_data(prefix)
                        and not _inside(prefix, example))
@@ -437,7 +491,10 @@ def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, li
         gg.meta["static"] = graph.meta.get("static", ())
         return ("same", gg)
 
-    return _search(out, example, base, probe, reduce, limit, size=len(graph.nodes))
+    # NOTE: where a recorded route holds, the program's own decisions and the regions rejected
+    # before do not decide the point: it is probed (as a live exploration's `widen`)
+    widen = (lambda point: _recorded_route(graph, point) is not None) if graph.meta.get("routes") else None
+    return _search(out, example, base, probe, reduce, limit, size=len(graph.nodes), widen=widen)
 
 
 def _replay_decided(e: BaseException) -> bool:
