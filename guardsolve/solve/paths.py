@@ -448,7 +448,9 @@ def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, li
     size where the trace reads one, not a constant: `pytorch.ReadsOtherwise`), records the
     same trace, and its guard graph is that route's path condition. A replay that stops (a
     rule rejects the sizes, a decision or a read answers otherwise) rejects the region of
-    every point that makes the decisions it made up to there, as a fresh trace's does."""
+    every point that makes the decisions it made up to there, as a fresh trace's does, unless
+    a route the text records (`ir.routes`: found by tracing the function again, down another
+    branch of the program, its identity ops left out) holds there: that route is merged."""
     from guardsolve.guards.pytorch import pytorch_guard_graph, signature_of
 
     out = Exploration()
