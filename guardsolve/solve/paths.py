@@ -45,6 +45,7 @@ MAX_PROBES = 16  # points probed per trace, at most (each costs up to a trace)
 SMALL_TRACE = 40  # a trace of at most this many nodes is cheap to trace again: up to SMALL_PROBES
 SMALL_PROBES = 64
 ROUTE_PROBES = 4  # more probes a small trace takes for each route it finds, up to its cap
+ROUTE_RATE = 1  # a small trace's time budget goes on while one probe in this many finds a route
 TINY_TRACE = 12  # one op or two (a broadcast of three operands): every point queued, up to TINY_PROBES
 TINY_PROBES = 160
 WIDE_CLAUSES = 96  # raw clauses of every route's disjunction tried before picking routes
@@ -612,8 +613,10 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     # NOTE: regions known to record another trace: the decisions a probe made before it
     # diverged (or before a shape rule rejected its sizes) hold at every point of the region
     rejects: list[Graph] = []
-    # NOTE: a small trace's time budget grows too while probes find routes: each route found
-    # allows ROUTE_PROBES more probes at the mean cost of those run so far
+    # NOTE: a small trace's time budget goes on while its probes find routes, at least one probe
+    # in ROUTE_RATE (every probe, so far): past `seconds`, until ROUTE_PROBES probes (at the mean
+    # cost of those run so far) find none (`masked.var`'s 20 probes find 20 routes; a conv
+    # net's first probes find some and reject others: its time budget holds)
     probe_s, probes_run, extra = 0.0, 0, 0.0  # NOTE: seconds spent probing, probes run, time allowed past `seconds`
     try:
         while queue and out.traces + out.replayed - out.stopped < budget and looked < 32 * budget:
@@ -669,7 +672,9 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
             if small and limit is None:
                 probe_s += time.perf_counter() - began - ran  # NOTE: and its guards' simplify
                 budget = min(first + ROUTE_PROBES * len(out.paths), cap)
-                extra += ROUTE_PROBES * probe_s / probes_run
+            if small and limit is None and len(out.paths) * ROUTE_RATE >= probes_run:
+                extra = max(extra, time.perf_counter() - start - seconds if seconds is not None else 0.0) \
+                    + ROUTE_PROBES * probe_s / probes_run
             queue.extend(_candidates(example, units, point))
             # NOTE: and, for a small trace (cheap to probe), the far side of each decision of the
             # route found, nearest its point: the routes beyond it

@@ -40,8 +40,8 @@ DEFAULT_TIMEOUT_MS = 5000
 # stays within a few times the path alone, as PyTorch's own tracers do (`benchmarks/run.py`).
 # A trace of one op or two (`TINY_OPS`, or `paths.TINY_TRACE` nodes) probes a few ms a point: its
 # probe budget alone bounds it, no time budget. A small one (`paths.SMALL_TRACE` nodes) has at least
-# EXPLORE_SMALL_S, and while its probes find routes each route found allows `paths.ROUTE_PROBES`
-# more probes at their mean cost. `GUARDSOLVE_EXPLORE_BUDGET=off` turns the time budget off (the
+# EXPLORE_SMALL_S, and goes on while every probe so far has found a route (`paths.ROUTE_RATE`),
+# until `paths.ROUTE_PROBES` probes' time passes without one. `GUARDSOLVE_EXPLORE_BUDGET=off` turns the time budget off (the
 # probe budget alone: the same guards on a loaded machine).
 EXPLORE_FACTOR = 2.0
 EXPLORE_MIN_S = 0.02
