@@ -219,7 +219,7 @@ class Graph:
         if "#route" in text:
             from guardsolve.ir.routes import parse_routes
 
-            routes = parse_routes(text)
+            routes = parse_routes(text, Graph.parse)
             if routes:
                 g.meta["routes"] = routes
         return g

@@ -16,6 +16,7 @@ In the text each route is a block of comments, so that a reader of the plain for
     #route| ...
     #route| bool_bailout(i2, expect=True)
 
+>>> from guardsolve.ir.graph import Graph
 >>> from guardsolve.ir.ops import Op
 >>> g = Graph()
 >>> x0 = g.emit(Op.INT_PLACEHOLDER, (), name="x0")
@@ -27,7 +28,7 @@ In the text each route is a block of comments, so that a reader of the plain for
 #route| i0 = int_const(val=1)
 #route| i1 = int_eq(x0, i0)
 #route| bool_bailout(i1, expect=True)
->>> parse_routes(text)[0].point
+>>> parse_routes(text, Graph.parse)[0].point
 {'x0': 1}
 """
 
@@ -35,10 +36,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from guardsolve.errors import GraphError, ParseError
-from guardsolve.ir.graph import Graph
 
 HEADER = "#route at "
 BODY = "#route| "
@@ -52,7 +52,7 @@ class Route:
     each), over every input dim of the trace."""
 
     point: Mapping[str, int]
-    guards: Graph
+    guards: Any  # NOTE: a `Graph` (`ir.graph` imports this module: not imported here)
     text: str = ""  # NOTE: its guards as a reader reads them (`x0 == 1; x1 >= 2`), printed after `where`
 
     def key(self) -> tuple[str, ...]:
@@ -69,9 +69,9 @@ def print_routes(routes: Sequence[Route]) -> str:
     return "\n".join(lines)
 
 
-def parse_routes(text: str) -> list[Route]:
-    """The routes recorded in a trace's text (`print_routes`); `ParseError` names the line of a
-    malformed one."""
+def parse_routes(text: str, parse: Callable[[str], Any]) -> list[Route]:
+    """The routes recorded in a trace's text (`print_routes`), their guards read by `parse`
+    (`Graph.parse`); `ParseError` names the line of a malformed one."""
     routes: list[Route] = []
     point: dict[str, int] | None = None
     body: list[tuple[int, str]] = []
@@ -82,7 +82,7 @@ def parse_routes(text: str) -> list[Route]:
         if not body:
             raise ParseError(f"a route without guards (`{BODY}...` lines follow `{HEADER}...`)", start, 1)
         try:
-            g = Graph.parse("\n".join(line for _, line in body))
+            g = parse("\n".join(line for _, line in body))
             g.validate()
         except ParseError as e:
             lineno, line = body[e.line - 1]
