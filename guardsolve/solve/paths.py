@@ -393,29 +393,23 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
         torch.random.set_rng_state(rng)  # NOTE: the probes' random ops leave the user's stream as it was
     # NOTE: what only tracing the function found goes into the trace's text (`ir.routes`), so
     # that exploring the saved text merges those routes as this exploration did
-    _record_routes(t.graph, [p for p in out.paths if id(p.graph) in identity_routes], list(example))
+    _record_routes(t.graph, [p for p in out.paths if id(p.graph) in identity_routes])
     return out
 
 
 ROUTE_WHY = "a route the trace records (traced again: this trace but for ops that are identities there)"
 
 
-def _record_routes(graph: Graph, paths: Sequence[Path], dims: Sequence[str]) -> None:
+def _record_routes(graph: Graph, paths: Sequence[Path]) -> None:
     """Record `paths` (routes found by tracing the function again) in tensor trace `graph`'s
-    `meta["routes"]`, each as its minimal guards over `dims` (`ir.routes`); a route recorded
-    before is not recorded twice."""
+    `meta["routes"]`, each as its minimal guards (`ir.routes`); a route recorded before is not
+    recorded twice."""
     from guardsolve.ir.routes import Route
-    from guardsolve.solve.tograph import emit_bailout
 
     have = list(graph.meta.get("routes", ()))
     keys = {r.key() for r in have}
     for p in paths:
-        g = Graph()
-        for d in dims:
-            g.emit(Op.INT_PLACEHOLDER, (), name=d)
-        for c in p.guards.constraints:
-            emit_bailout(g, c.formula)
-        r = Route(dict(p.point), g, "; ".join(c.text for c in p.guards.constraints))
+        r = Route(dict(p.point), p.guards.to_graph(), "; ".join(c.text for c in p.guards.constraints))
         if r.key() not in keys:
             keys.add(r.key())
             have.append(r)
@@ -423,20 +417,26 @@ def _record_routes(graph: Graph, paths: Sequence[Path], dims: Sequence[str]) -> 
         graph.meta["routes"] = have
 
 
-def _recorded_route(graph: Graph, point: Mapping[str, int]) -> Graph | None:
-    """The guard graph of a route saved trace `graph` records (`ir.routes`) whose guards hold at
-    `point`, its bailouts saying so; None if none does."""
+def _route_holding(graph: Graph, point: Mapping[str, int]) -> Any:
+    """The first route saved trace `graph` records (`ir.routes`) whose guards hold at `point`;
+    None if none does."""
     from guardsolve.errors import GuardFailure, GuardsolveError
-    from guardsolve.ir.node import Node
 
     for r in graph.meta.get("routes", ()):
         try:
             _run(r.guards, point)
         except (GuardFailure, GuardsolveError, ArithmeticError, KeyError):
             continue
-        return Graph([Node(n.op, n.inputs, n.outputs, n.params, {"why": ROUTE_WHY}) if n.op is Op.BOOL_BAILOUT
-                      else n for n in r.guards.nodes], meta=dict(r.guards.meta))
+        return r
     return None
+
+
+def _route_graph(route: Any) -> Graph:
+    """A recorded route's guard graph, each bailout saying where it comes from (`ROUTE_WHY`)."""
+    from guardsolve.ir.node import Node
+
+    return Graph([Node(n.op, n.inputs, n.outputs, n.params, {"why": ROUTE_WHY}) if n.op is Op.BOOL_BAILOUT
+                  else n for n in route.guards.nodes], meta=dict(route.guards.meta))
 
 
 def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, limit: int | None = None
@@ -479,9 +479,9 @@ def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, li
             gg = pytorch_guard_graph(_graph_at(graph, signature, point), signature, expect=reads)
         except Exception as e:
             # NOTE: a route the live trace found by tracing the function again, recorded in the text
-            route = _recorded_route(graph, point)
+            route = _route_holding(graph, point)
             if route is not None:
-                return ("same", route)
+                return ("same", _route_graph(route))
             prefix = getattr(e, "prefix_guards", None)
             decided = (prefix is not None and _replay_decided(e) and not _on_data(prefix)
                        and not _inside(prefix, example))
@@ -496,7 +496,7 @@ def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, li
 
     # NOTE: where a recorded route holds, the program's own decisions and the regions rejected
     # before do not decide the point: it is probed (as a live exploration's `widen`)
-    widen = (lambda point: _recorded_route(graph, point) is not None) if graph.meta.get("routes") else None
+    widen = (lambda point: _route_holding(graph, point) is not None) if graph.meta.get("routes") else None
     return _search(out, example, base, probe, reduce, limit, size=len(graph.nodes), widen=widen)
 
 
@@ -672,9 +672,9 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
             if small and limit is None:
                 probe_s += time.perf_counter() - began - ran  # NOTE: and its guards' simplify
                 budget = min(first + ROUTE_PROBES * len(out.paths), cap)
-            if small and limit is None and len(out.paths) * ROUTE_RATE >= probes_run:
-                extra = max(extra, time.perf_counter() - start - seconds if seconds is not None else 0.0) \
-                    + ROUTE_PROBES * probe_s / probes_run
+                if seconds is not None and len(out.paths) * ROUTE_RATE >= probes_run:
+                    extra = (max(extra, time.perf_counter() - start - seconds)
+                             + ROUTE_PROBES * probe_s / probes_run)
             queue.extend(_candidates(example, units, point))
             # NOTE: and, for a small trace (cheap to probe), the far side of each decision of the
             # route found, nearest its point: the routes beyond it

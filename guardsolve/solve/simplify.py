@@ -41,8 +41,8 @@ DEFAULT_TIMEOUT_MS = 5000
 # A trace of one op or two (`TINY_OPS`, or `paths.TINY_TRACE` nodes) probes a few ms a point: its
 # probe budget alone bounds it, no time budget. A small one (`paths.SMALL_TRACE` nodes) has at least
 # EXPLORE_SMALL_S, and goes on while every probe so far has found a route (`paths.ROUTE_RATE`),
-# until `paths.ROUTE_PROBES` probes' time passes without one. `GUARDSOLVE_EXPLORE_BUDGET=off` turns the time budget off (the
-# probe budget alone: the same guards on a loaded machine).
+# until `paths.ROUTE_PROBES` probes' time passes without one. `GUARDSOLVE_EXPLORE_BUDGET=off`
+# turns the time budget off (the probe budget alone: the same guards on a loaded machine).
 EXPLORE_FACTOR = 2.0
 EXPLORE_MIN_S = 0.02
 EXPLORE_SMALL_S = 0.05
