@@ -78,6 +78,7 @@ class Tally:
 
 # NOTE: set once by main() before any child is forked (a flag of this script's run)
 WIDE = False
+SAVED = False  # `--saved`: judge the guards of the trace's text (saved after exploring), not the live trace's
 WIDE_MAX = 40  # wide variants per program, at most
 
 
@@ -160,6 +161,8 @@ def judge(kind: str, name: str, fn: Callable[..., Any], inputs: tuple[Any, ...],
         t = guardsolve.trace(fn, *inputs)
         base = guardsolve.simplify(t, explore=False, jobs=1)
         gs = guardsolve.simplify(t, jobs=1)
+        if SAVED:  # NOTE: the text as `guardsolve trace` writes it: after exploring, its routes recorded
+            gs = guardsolve.simplify(guardsolve.Graph.parse(str(t.graph)), jobs=1)
     except Exception as e:
         tally.note = f"does not trace ({type(e).__name__})"
         return tally
@@ -358,17 +361,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--fast", action="store_true", help="the subset the default tests run")
     p.add_argument("--only", help="ops, modules or models by name, comma-separated")
+    p.add_argument("--saved", action="store_true",
+                   help="judge the merged guards of the trace's saved text (Graph.parse(str(t.graph)) after "
+                        "exploring), not the live trace's; prints, never writes")
     p.add_argument("--write", action="store_true", help="write benchmarks/PATHS.md (PATHS-WIDE.md with --wide)")
     p.add_argument("--wide", action="store_true", help="also 2, v-1, v+1, 2v and each guard's boundary; a replay column")
     args = p.parse_args(argv)
-    global WIDE
-    WIDE = args.wide
+    global WIDE, SAVED
+    WIDE, SAVED = args.wide, args.saved
     start = time.perf_counter()
     tallies = sweep(programs(args), args.jobs)
     text = table(tallies) + "\n\n" + details(tallies)
     print(text)
     print(f"\n{time.perf_counter() - start:.0f} s", file=sys.stderr)
-    if args.write:
+    if args.write and not SAVED:
         cmd = f"python benchmarks/paths.py{' --wide' if WIDE else ''} --jobs {args.jobs} --write"
         title = "sizes 0, 1, 2, v-1, v+1, 2v and each guard's boundary" if WIDE else "sizes 0 and 1"
         (ROOT / "benchmarks" / ("PATHS-WIDE.md" if WIDE else "PATHS.md")).write_text(
