@@ -223,3 +223,35 @@ def test_a_saved_trace_merges_the_routes_a_data_shaped_op_takes() -> None:
         assert gs.check(torch.randn(0, 4), torch.randn(4))
     t = guardsolve.trace(fn(), *inputs())
     assert guardsolve.trace(fn(), torch.randn(0, 4), torch.randn(4)).graph.nodes[2:] == t.graph.nodes[2:]
+
+
+def test_a_saved_trace_rejects_where_a_cpp_composite_reads_its_sizes_otherwise() -> None:
+    """`torch.cov` reads the observation count as an int in C++ (`aten.size.default(v0)` in
+    the trace) and divides by `scalar_tensor(n)`, a constant the trace holds by checksum. A
+    replay of the text at other counts ran through with the same constant, so the saved
+    guards accepted every count up to 64 and the replay gave NaNs at 1. The replay now
+    rejects where those ints read otherwise, as a fresh trace does."""
+    t = guardsolve.trace(torch.cov, torch.randn(2))
+    live, saved = guardsolve.simplify(t), guardsolve.simplify(guardsolve.Graph.parse(str(t.graph)))
+    for n in (0, 1, 3, 4):
+        assert guardsolve.trace(torch.cov, torch.randn(n)).graph != t.graph  # NOTE: the oracle
+        assert not live.check(torch.randn(n)) and not saved.check(torch.randn(n)), n
+    assert saved.check(torch.randn(2))
+    why = saved.explain_failure(torch.randn(3))
+    assert "PyTorch's C++ code reads, as ints, [1, 3] where the trace reads [1, 2]" in why, why
+
+
+def test_a_saved_trace_rejects_where_a_kernel_hands_an_input_back() -> None:
+    """`broadcast_tensors` hands an operand already at the broadcast shape back as itself
+    (`expand_outplace`): user code then holds the input, and a fresh trace returns it, another
+    trace. The saved replay merged such points; it now sees the meta kernel hand it back."""
+    shapes = ((3,), (1, 2, 1), (1, 1), (5, 1, 1))
+    fn = lambda *ts: torch.broadcast_tensors(*ts)  # noqa: E731
+    t = guardsolve.trace(fn, *map(torch.randn, shapes))
+    saved = guardsolve.simplify(guardsolve.Graph.parse(str(t.graph)))
+    for other in (((1,), (1, 1, 1), (1, 1), (5, 1, 1)), ((1,), (1, 2, 1), (1, 1), (1, 1, 1))):
+        ins = tuple(map(torch.randn, other))
+        assert guardsolve.trace(fn, *ins).out_spec != t.out_spec  # NOTE: the oracle: an input returned
+        assert not saved.check(*ins), other
+        assert "hands an input back as" in saved.explain_failure(*ins), saved.explain_failure(*ins)
+    assert saved.check(*map(torch.randn, ((4,), (1, 2, 1), (1, 1), (5, 1, 1))))

@@ -75,8 +75,9 @@ def meta_input(rec: Recorder, p: Param, shape: tuple[int, ...] | torch.Size, dty
 class ReadsOtherwise(TraceError):
     """A replay at other sizes where user code reads another value than the trace records:
     a size the trace reads (`size_index(s3, index=2)`) that is a constant here (a fresh trace
-    records `int_const(val=4)` there instead), or the other way round. `node` is the trace's
-    read, `got` and `was` what it reads here and in the trace (`_read_value`)."""
+    records `int_const(val=4)` there instead), or the other way round; or sizes a C++ composite
+    read as ints (`aten.size.default(v0)`, a node with no outputs) that are other ints here.
+    `node` is the trace's read, `got` and `was` what it reads here and in the trace (`_read_value`)."""
 
     def __init__(self, node: Node, got: Any, was: Any, loc: Any = None) -> None:
         def what(v: Any) -> str:
@@ -86,8 +87,26 @@ class ReadsOtherwise(TraceError):
 
         line = node.meta.get("line")
         at = f" at {loc}" if loc is not None else ""
-        super().__init__(f"records another trace{at}: user code reads {what(got)} where the trace reads {what(was)} "
+        # NOTE: a node with no outputs is a C++ composite's read of sizes as ints (`aten.size.default`)
+        who = "user code reads" if node.outputs else "PyTorch's C++ code reads, as ints,"
+        super().__init__(f"records another trace{at}: {who} {what(got)} where the trace reads {what(was)} "
                          f"(`{node}`" + (f", trace line {line})" if line is not None else ")"))
+        self.node, self.got, self.was, self.loc = node, got, was, loc
+
+
+class HandsBackOtherwise(ReadsOtherwise):
+    """A replay at other sizes where an op's kernel hands one of its inputs back as an output
+    (`got`: those outputs) where it did not in the trace (`was`), or the other way round: user
+    code then holds the input itself, and a fresh trace records another trace."""
+
+    def __init__(self, node: Node, got: tuple[str, ...], was: tuple[str, ...], loc: Any = None) -> None:
+        def what(outs: tuple[str, ...]) -> str:
+            return f"hands an input back as {', '.join(outs)}" if outs else "makes new tensors"
+
+        line = node.meta.get("line")
+        at = f" at {loc}" if loc is not None else ""
+        TraceError.__init__(self, f"records another trace{at}: {node.params['fn']} {what(got)} where in the trace "
+                            f"it {what(was)} (`{node}`" + (f", trace line {line})" if line is not None else ")"))
         self.node, self.got, self.was, self.loc = node, got, was, loc
 
 
@@ -138,11 +157,11 @@ def pytorch_rules(rec: Recorder, signature: tuple[Param, ...], reads: dict[str, 
     `ReadsOtherwise`, as a fresh trace records another node there.
     """
     dims = {p.name: p for p in signature}
-    current: dict[str, Node] = {}
+    current: dict[str, Any] = {}
 
-    def read(v: Any) -> Any:
+    def read(v: Any, name: str | None = None) -> Any:
         node = current["node"]
-        name, got = node.outputs[0], _read_value(v)
+        name, got = name or node.outputs[0], _read_value(v)
         if reads is not None:
             reads[name] = got
         if expect is not None and name in expect and not _reads_as(got, expect[name]):
@@ -151,6 +170,7 @@ def pytorch_rules(rec: Recorder, signature: tuple[Param, ...], reads: dict[str, 
 
     def enter(node: Node) -> None:
         current["node"] = node
+        current["index"] = current.get("index", -1) + 1
         rec.loc = node.meta.get("loc")
         rec.extra = {"trace_line": node.meta.get("line"), "trace_node": node}
 
@@ -182,11 +202,33 @@ def pytorch_rules(rec: Recorder, signature: tuple[Param, ...], reads: dict[str, 
             raise UnsupportedOpError(fn, f"PyTorch's shape rule fails while replaying `{node}` "
                                      f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})",
                                      str(rec.loc or "")) from e
+        if not node.outputs and not any(isinstance(x, torch.Tensor) for x in flatten(out)[0]):
+            # NOTE: sizes a C++ composite read as ints (`cov`'s `aten.size.default(v0)`, which
+            # pins them): what it computed from them (a `scalar_tensor(n)` constant, a literal
+            # argument, how many ops it unrolled) is in the trace as at the example, so a replay
+            # where they read otherwise is another trace, as a user's size read is
+            read(tuple(out) if isinstance(out, (list, tuple)) else out, f"{fn}#{current['index']}")
+            return out
         leaves = [x for x in flatten(out)[0] if isinstance(x, torch.Tensor) or (
             isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) and x.node.is_symbolic())]
         if len(leaves) != len(node.outputs):
             raise TraceError(f"`{node}` names {len(node.outputs)} outputs; the op returns {len(leaves)} tensors")
+        if reads is not None or expect is not None:
+            handed_back(node, a, k, leaves)
         return leaves[0] if len(leaves) == 1 else leaves
+
+    def handed_back(node: Node, a: Any, k: Any, leaves: list[Any]) -> None:
+        # NOTE: a kernel may hand an input back as an output at some sizes only (`broadcast_tensors`
+        # of an operand already at the broadcast shape: `expand_outplace` returns it): user code
+        # then holds the input itself, and a fresh trace refers to it, another trace. The meta
+        # kernel makes the same decision as eager's.
+        ins = [x for x in flatten((a, k))[0] if isinstance(x, torch.Tensor)]
+        got = tuple(o for o, x in zip(node.outputs, leaves) if any(x is i for i in ins))
+        key = f"{node.outputs[0]}#aliases"
+        if got and reads is not None:
+            reads[key] = got
+        if expect is not None and got != expect.get(key, ()):
+            raise HandsBackOtherwise(node, got, expect.get(key, ()), rec.loc)
 
     def bailout(b: Any, *, expect: bool) -> None:
         if isinstance(b, _Opaque):

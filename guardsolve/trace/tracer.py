@@ -96,11 +96,16 @@ class Trace:
 
 
 def parameter_names(fn: Callable[..., Any], n: int) -> list[str]:
-    """The names of fn's first `n` positional parameters (`*args` become `args_0`, ...)."""
+    """The names of fn's first `n` positional parameters (`*args` become `args_0`, ...; a
+    builtin without a signature, `torch.cov`, takes `*args`).
+
+    >>> parameter_names(torch.cov, 1), parameter_names(lambda x, *ys: x, 3)
+    (['args_0'], ['x', 'ys_0', 'ys_1'])
+    """
     try:
         params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        params = []
+    except (TypeError, ValueError):  # NOTE: no signature to read: whatever it takes, by position
+        return [f"args_{i}" for i in range(n)]
     names: list[str] = []
     for p in params:
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
