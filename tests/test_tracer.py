@@ -591,6 +591,22 @@ def test_a_size_of_an_output_eager_and_the_shape_rule_disagree_on_cannot_be_deci
     assert "x1 == rm0" in str(guardsolve.simplify(t))
 
 
+@pytest.mark.parametrize("op", ["_batch_norm_with_update", "_batch_norm_with_update_functional",
+                                "_batch_norm_no_update"])
+def test_batch_norms_per_channel_tensors_are_checked_before_eager_runs(op: str) -> None:
+    """The CPU kernels of the `_batch_norm_with_update` family index the per-channel tensors by
+    channel; their meta kernels do not check their lengths. Exploring ran the eager kernel at a
+    running mean of size 0 and the process died (SIGSEGV); the guards now say what eager's
+    `batch_norm` checks, and exploring never runs the kernel there."""
+    func = getattr(torch.ops.aten, op).default
+    f = lambda x, w, b, rm, rv: func(x, w, b, rm, rv, 0.5, 0.6)[0]  # noqa: E731
+    args = (torch.randn(5, 3, 4), torch.randn(3), torch.randn(3), torch.randn(3), torch.rand(3) + 1)
+    gs = guardsolve.simplify(guardsolve.trace(f, *args))
+    assert {"x1 == rm0", "x1 == w0", "x1 == b0", "x1 == rv0"} <= {c.text for c in gs}, str(gs)
+    assert not gs.check(args[0], args[1], args[2], torch.randn(0), args[4])
+    assert gs.check(torch.randn(2, 3, 7), *args[1:])
+
+
 def test_resize_in_place_traces_only_to_the_same_sizes() -> None:
     """`resize_as_` / `resize_` to the tensor's own sizes trace with a guard that says so; a
     resize to other sizes raises UnsupportedOpError at the user's line (a traced tensor's

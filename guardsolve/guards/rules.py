@@ -311,6 +311,11 @@ _EAGER_CHECKS: dict[Any, Callable[..., None]] = {
     _aten.native_batch_norm.default: _batch_norm_stats,
     _aten._native_batch_norm_legit.default: _batch_norm_stats,
     _aten._native_batch_norm_legit_no_training.default: _batch_norm_stats,
+    # NOTE: their CPU kernels index the per-channel tensors as `native_batch_norm`'s do: a probe
+    # at a running mean of size 0 crashed the process (SIGSEGV) where the meta kernel passed
+    _aten._batch_norm_with_update.default: _batch_norm_stats,
+    _aten._batch_norm_with_update_functional.default: _batch_norm_stats,
+    _aten._batch_norm_no_update.default: _batch_norm_stats,
 }
 
 
