@@ -300,6 +300,30 @@ def _batch_norm_stats(input: torch.Tensor, weight: Any, bias: Any, running_mean:
                          lambda what=what, t=t: f"{what} should contain {channels} elements not {t.numel()}")
 
 
+def _reduced_dim_nonempty(name: str) -> Callable[..., None]:
+    """Eager's check of a reduction to values and indices along `dim` (`zero_numel_check_dims`):
+    an empty input's reduced dim must not be empty, for there is no value to pick. Their meta
+    kernels skip it."""
+
+    def check(x: torch.Tensor, dim: int = 0, *_: Any, **__: Any) -> None:
+        if x.dim() > 0:
+            torch._check(x.size(dim) != 0,
+                         lambda: f"{name}(): Expected reduction dim {dim % x.dim()} to have non-zero size.")
+
+    return check
+
+
+def _numel_nonzero(name: str) -> Callable[..., None]:
+    """Eager's check of a reduction over all elements that picks one (`max()`, `argmin()`)."""
+
+    def check(x: torch.Tensor, *_: Any, **__: Any) -> None:
+        for size in x.shape:  # NOTE: numel != 0, one size at a time (`x0 >= 1`, not `x0*x1 != 0`)
+            torch._check(size != 0, lambda: f"{name}(): Expected reduction dim to be specified for input.numel() "
+                         "== 0. Specify the reduction dim with the 'dim' argument.")
+
+    return check
+
+
 # NOTE: fused ops whose meta kernel checks less than their eager kernel does (PyTorch's meta for
 # `_transformer_encoder_layer_fwd` is `empty_like(src)`): the eager kernel's checks on the input,
 # so the guards reject what eager rejects (nn.TransformerEncoderLayer's and nn.MultiheadAttention's
@@ -316,6 +340,12 @@ _EAGER_CHECKS: dict[Any, Callable[..., None]] = {
     _aten._batch_norm_with_update.default: _batch_norm_stats,
     _aten._batch_norm_with_update_functional.default: _batch_norm_stats,
     _aten._batch_norm_no_update.default: _batch_norm_stats,
+    # NOTE: reductions that pick an element: eager raises on an empty input's empty reduced dim
+    **{op: _reduced_dim_nonempty(name) for name, op in (
+        ("max", _aten.max.dim), ("min", _aten.min.dim), ("median", _aten.median.dim),
+        ("nanmedian", _aten.nanmedian.dim), ("mode", _aten.mode.default))},
+    **{op: _numel_nonzero(name) for name, op in (
+        ("max", _aten.max.default), ("min", _aten.min.default))},
 }
 
 
@@ -497,13 +527,43 @@ def _sdpa(rec: Recorder | None) -> Callable[..., Any]:
                 choice = _aten._fused_sdp_choice.default(
                     *map(_stand_in, (query, key, value)), attn_mask=_stand_in(attn_mask), dropout_p=dropout_p,
                     is_causal=is_causal, scale=scale)
-            if choice == _FLASH:
+            if choice == _FLASH and _flash_holds(query, key, value, attn_mask):
                 return _aten._scaled_dot_product_flash_attention_for_cpu.default(
                     query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
         return _aten.scaled_dot_product_attention.default.decompose(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
 
     return rule
+
+
+def _flash_holds(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any) -> bool:
+    """The size conditions under which `_fused_sdp_choice` picks the fused kernel on the CPU
+    (`sdp_utils_cpp.cpp`: `check_batch_size_and_num_heads_dense`, `check_head_dim_size_cpp`,
+    `check_nonzero_sequence_lengths_dense`, `check_attn_mask_shape`), each a decision the
+    guards record: the fused kernel's output takes `query`'s head dim and its meta checks none
+    of them, so where one fails eager runs the math route (another output shape, other checks).
+
+    >>> q = torch.empty(2, 2, 5, 4, device="meta")
+    >>> _flash_holds(q, q, torch.empty(2, 2, 5, 8, device="meta"), None)
+    False
+    """
+    if not (query.dim() == key.dim() == value.dim() == 4):
+        return False
+    b, h, lq, d = query.shape
+    same = (b == key.size(0), b == value.size(0), h == key.size(1), h == value.size(1), d == key.size(3),
+            d == value.size(3), lq != 0, key.size(2) != 0)
+    if not all(bool(c) for c in same):
+        return False
+    if attn_mask is None:
+        return True
+    m = attn_mask
+    if not (bool(m.size(-2) == lq) or bool(m.size(-2) == 1)) or not (bool(m.size(-1) == key.size(2))
+                                                                    or bool(m.size(-1) == 1)):
+        return False
+    if m.dim() == 2:
+        return True
+    return m.dim() == 4 and (bool(m.size(0) == 1) or bool(m.size(0) == b)) and (bool(m.size(1) == 1)
+                                                                                or bool(m.size(1) == h))
 
 
 _FLASH = 1  # NOTE: `torch.nn.attention.SDPBackend.FLASH_ATTENTION`, as `_fused_sdp_choice` returns it

@@ -22,6 +22,7 @@ guards into one minimal set (`disjoin`), proved by z3 to be their disjunction.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -491,6 +492,9 @@ def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, li
                 out.stopped += 1
                 decided = False
             return ("other", _replay_why(e), prefix if decided else None)
+        why = _eager_rejects(graph, point)
+        if why is not None:
+            return ("other", why, None)
         gg.meta["static"] = graph.meta.get("static", ())
         return ("same", gg)
 
@@ -498,6 +502,56 @@ def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, li
     # before do not decide the point: it is probed (as a live exploration's `widen`)
     widen = (lambda point: _route_holding(graph, point) is not None) if graph.meta.get("routes") else None
     return _search(out, example, base, probe, reduce, limit, size=len(graph.nodes), widen=widen)
+
+
+def _eager_rejects(graph: Graph, point: Mapping[str, int]) -> Any:
+    """Why eager's kernels raise on the saved trace at `point`, or None. A live probe runs them
+    (`LocalReplay._eager_agrees`, or the fresh trace itself); a meta kernel may check less than
+    eager's (`upsample_nearest2d` of no channels: "Non-empty 4D data tensor expected"). The
+    text holds no data: inputs and constants are drawn (floats normal, the rest zeros), which
+    decides nothing about sizes; a decision of the trace on such data is left to the replay.
+
+    >>> g = Graph.parse("x = var_placeholder(name=x, rank=2, shape=[2, 3], dtype=float32)\\n"
+    ...                 "v0 = aten.max.dim(x, 0)")
+    >>> print(_eager_rejects(g, {"x0": 0, "x1": 3}))
+    eager raises at these sizes: aten.max.dim: max(): Expected reduction dim 0 to have non-zero size.
+    """
+    from guardsolve.errors import GuardFailure
+    from guardsolve.guards.pytorch import dtype_of, signature_of
+    from guardsolve.ir.concrete import concrete_rules
+    from guardsolve.ir.interp import interpret
+    from guardsolve.trace.why import Why, node_op
+
+    dims = {p.name: p.dims for p in signature_of(graph)}
+    gen = torch.Generator().manual_seed(0)
+
+    def drawn(shape: Sequence[int], dtype: str) -> torch.Tensor:
+        d = dtype_of(dtype)
+        return torch.randn(list(shape), generator=gen, dtype=d) if d.is_floating_point else torch.zeros(shape, dtype=d)
+
+    env: dict[str, Any] = {}
+    for n in graph.nodes:
+        if n.op is Op.VAR_PLACEHOLDER:
+            env[n.params["name"]] = drawn([point[d] for d in dims[n.params["name"]]], n.params.get("dtype", "float32"))
+        elif n.op is Op.VAR_PARAM:
+            env[n.params["name"]] = drawn(n.params["shape"], n.params.get("dtype", "float32"))
+        elif n.op is Op.INT_ARG:
+            env[n.params["name"]] = point[n.params["name"]]
+    where: dict[str, Any] = {}
+    table = dataclasses.replace(concrete_rules(env), enter=lambda n: where.__setitem__("node", n))
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            interpret(graph, table, validate=False)
+    except GuardFailure:
+        return None  # NOTE: a decision on the drawn data, not on sizes: the replay decided those
+    except Exception as e:  # NOTE: an eager kernel raised: no trace serves these sizes
+        cause = e.__cause__ if e.__cause__ is not None else e
+        node = where.get("node")
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        op = node_op(node) if node is not None else None
+        loc = node.meta.get("loc") if node is not None else None
+        return Why(f"eager raises at these sizes: {op + ': ' if op else ''}{first}", loc, op)
+    return None
 
 
 def _replay_decided(e: BaseException) -> bool:
