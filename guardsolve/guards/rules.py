@@ -738,6 +738,13 @@ class RuleCache:
         self.entries.clear()
 
     def __call__(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        out = self._rule(func, args, kwargs)
+        values = _VALUES.get(func)
+        if values is not None:
+            values(out, *args, **kwargs)
+        return out
+
+    def _rule(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         rec = self.rec
         # NOTE: two calls of a data-shaped op on the same shapes have different output sizes
         key = None if func._schema.is_mutable or func in DATA_SHAPED or func in READS_DATA else _key(func, args, kwargs)
@@ -760,6 +767,98 @@ class RuleCache:
         if key is not None and all(_cacheable(x) for x in flatten(out)[0]):
             self.entries[key] = (out, guards)
         return out
+
+
+# -- the values of index tensors made from sizes ---------------------------------------------
+# An index tensor whose values are a function of sizes (`torch.arange(x.shape[1])`, GPT-2's
+# position ids) reads a table (an `nn.Embedding`'s weight, `W[idx]`) in bounds only for some
+# sizes: eager raises IndexError past them, though no shape rule asks. The rules keep, on such a
+# meta tensor, bounds of its values (`_RANGE`: lowest, highest, as sizes) through the ops that
+# move them unchanged, and an op that indexes with it checks them as eager's kernel does.
+
+_RANGE = "_guardsolve_values"  # NOTE: an attribute of the meta tensor: (lowest, highest) of its values
+
+
+def _range_of(t: Any) -> tuple[Any, Any] | None:
+    return getattr(t, _RANGE, None) if isinstance(t, torch.Tensor) else None
+
+
+def _arange(out: Any, *args: Any, **kwargs: Any) -> None:
+    """`arange(end)`, `arange(start, end)`, `arange(start, end, step)` of ints, step > 0:
+    values from `start` up to at most `end - 1`."""
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
+    if (isinstance(out, torch.Tensor) and not out.dtype.is_floating_point and out.dtype is not torch.bool
+            and all(isinstance(v, (int, torch.SymInt)) for v in (start, end)) and isinstance(step, int) and step > 0):
+        setattr(out, _RANGE, (start, end - 1))
+
+
+def _keeps(out: Any, x: Any, *args: Any, **kwargs: Any) -> None:
+    """An op whose output holds values of its first input only (a view, a copy, a repeat)."""
+    r = _range_of(x)
+    if r is not None and isinstance(out, torch.Tensor) and not out.dtype.is_floating_point:
+        setattr(out, _RANGE, r)
+
+
+def _shifts(sign: int) -> Callable[..., None]:
+    def shift(out: Any, x: Any, other: Any, *args: Any, **kwargs: Any) -> None:
+        r = _range_of(x)
+        if r is not None and isinstance(other, (int, torch.SymInt)) and not isinstance(other, bool) and kwargs.get(
+                "alpha", 1) == 1 and isinstance(out, torch.Tensor) and not out.dtype.is_floating_point:
+            setattr(out, _RANGE, (r[0] + sign * other, r[1] + sign * other))
+    return shift
+
+
+def _in_bounds(r: tuple[Any, Any], size: Any, lowest: Any, what: str) -> None:
+    """Eager's bounds check of index values `r` into a dim of `size` (from `lowest` up)."""
+    lo, hi = r
+    torch._check(hi < size, lambda: f"{what}: index {hi} is out of bounds for size {size}")
+    if not (isinstance(lo, int) and isinstance(lowest, int) and lo >= lowest):
+        torch._check(lo >= lowest, lambda: f"{what}: index {lo} is out of bounds for size {size}")
+
+
+def _embedding(out: Any, weight: Any, indices: Any, *args: Any, **kwargs: Any) -> None:
+    r = _range_of(indices)
+    if r is not None:
+        _in_bounds(r, weight.size(0), 0, "embedding")
+
+
+def _index_select(out: Any, x: Any, dim: int, index: Any, *args: Any, **kwargs: Any) -> None:
+    r = _range_of(index)
+    if r is not None:
+        _in_bounds(r, x.size(dim) if x.dim() else 1, 0, "index_select")
+
+
+def _gather(out: Any, x: Any, dim: int, index: Any, *args: Any, **kwargs: Any) -> None:
+    r = _range_of(index)
+    if r is not None:
+        _in_bounds(r, x.size(dim) if x.dim() else 1, 0, "gather")
+
+
+def _index(out: Any, x: Any, indices: Any, *args: Any, **kwargs: Any) -> None:
+    d = 0
+    for i in indices:
+        r = _range_of(i)
+        if r is not None and d < x.dim():
+            _in_bounds(r, x.size(d), -x.size(d), "index")
+        d += 1 if i is None or i.dtype not in (torch.bool, torch.uint8) else max(i.dim(), 1)
+
+
+_VALUES: dict[Any, Callable[..., None]] = {
+    _aten.arange.default: _arange, _aten.arange.start: _arange, _aten.arange.start_step: _arange,
+    **{op: _keeps for op in (
+        _aten.unsqueeze.default, _aten.squeeze.default, _aten.squeeze.dim, _aten.squeeze.dims, _aten.view.default,
+        _aten._unsafe_view.default, _aten.reshape.default, _aten.expand.default, _aten.slice.Tensor,
+        _aten.select.int, _aten.clone.default, _aten.alias.default, _aten.detach.default, _aten.t.default,
+        _aten.transpose.int, _aten.permute.default, _aten._to_copy.default, _aten.repeat.default,
+        _aten.flatten.using_ints, _aten.lift_fresh.default, _aten.lift_fresh_copy.default,
+        _aten.contiguous.default, _aten.to.dtype, _aten.narrow.default)},
+    _aten.add.Tensor: _shifts(1), _aten.add.Scalar: _shifts(1), _aten.sub.Tensor: _shifts(-1),
+    _aten.sub.Scalar: _shifts(-1),
+    _aten.embedding.default: _embedding,
+    _aten.index_select.default: _index_select,
+    _aten.gather.default: _gather,
+    _aten.index.Tensor: _index,
+}
 
 
 def _pinned_here(rec: Recorder, node: SymGuard, c: int, decided: list[tuple[str, bool]]) -> bool:
