@@ -318,3 +318,19 @@ def test_a_guard_that_cannot_be_translated_pins_the_variant_to_its_example(monke
     assert [v.exact_example for v in e.variants] == [True, True]
     assert [str(v.guards) for v in e.variants] == ["input0 == 3\ninput1 == 4", "input0 == 5\ninput1 == 4"]
     assert fast.cache_info().hits == 1
+
+
+@pytest.mark.slow
+def test_an_artifact_that_differs_from_eager_where_it_was_compiled_is_never_used() -> None:
+    """`(a * b)[:, :2]` compiled at `b` of one column gave two (the slice's end unclamped) where
+    eager gives one, and the variant's check accepted those sizes. Now each artifact is run at
+    the inputs it was compiled at against the trace's eager replay; one that differs is never
+    trusted, and the call runs eagerly with the reason."""
+    fn = lambda a, b: (a * b)[:, :2]  # noqa: E731
+    fast = guardsolve.guarded(fn, backend="inductor", max_entries=64)
+    with torch.no_grad():
+        fast(torch.randn(4, 1), torch.randn(4, 1))
+        a, b = torch.randn(1, 1), torch.randn(0, 1)
+        assert fast(a, b).shape == fn(a, b).shape == (0, 1)
+    assert any("where eager's has [0, 1]" in (e.uncompiled or "") for e in fast.entries), \
+        [e.uncompiled for e in fast.entries]

@@ -465,9 +465,35 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
         compile_s = time.perf_counter() - start
         data = _artifact_bytes(artifact) if save else None
         plain = plain_graph(gm)
-        return _variant(t, trace_gs, values, static, params, timeout_ms, se, fakes, dims, artifact, inputs,
-                        consts, outs, compile_s, data, plain)
+        v = _variant(t, trace_gs, values, static, params, timeout_ms, se, fakes, dims, artifact, inputs,
+                     consts, outs, compile_s, data, plain)
+        differs = _differs_at(t, v, values)
+        if differs is not None:
+            # NOTE: never trusted: `(a * b)[:, :2]` compiled at `b` of 1 column gave 2 columns (the
+            # slice's end not clamped to the size, in both re-traces) where eager gives 1; the
+            # call runs eagerly, with this reason (`cache_info`)
+            failures.append(f"the artifact compiled at these sizes gives {differs}")
+            continue
+        return v
     raise CompileFailure(failures[-1])
+
+
+def _differs_at(t: Trace, v: Variant, values: Sequence[Any]) -> str | None:
+    """How the artifact's outputs at the inputs it was compiled at differ in sizes or dtype
+    from the trace's replay there (eager's kernels), or None."""
+    from guardsolve.ir.flat import flatten as _flatten
+    from guardsolve.trace.replay import compile_replay
+
+    with torch.no_grad():
+        want = [x for x in _flatten(compile_replay(t.graph, t.out_spec, t.constants)(*values))[0]
+                if isinstance(x, torch.Tensor)]
+        got = [x for x in _flatten(v.run(*values))[0] if isinstance(x, torch.Tensor)]
+    for i, (w, g) in enumerate(zip(want, got)):
+        if w.shape != g.shape or w.dtype != g.dtype:
+            return f"output {i} of sizes {list(g.shape)} ({g.dtype}) where eager's has {list(w.shape)} ({w.dtype})"
+    if len(want) != len(got):
+        return f"{len(got)} tensor outputs where eager has {len(want)}"
+    return None
 
 
 # NOTE: from this many ops on, the kernels are called from a C++ wrapper (`cpp_wrapper`):
