@@ -822,16 +822,15 @@ def _embedding(out: Any, weight: Any, indices: Any, *args: Any, **kwargs: Any) -
         _in_bounds(r, weight.size(0), 0, "embedding")
 
 
-def _index_select(out: Any, x: Any, dim: int, index: Any, *args: Any, **kwargs: Any) -> None:
-    r = _range_of(index)
-    if r is not None:
-        _in_bounds(r, x.size(dim) if x.dim() else 1, 0, "index_select")
+def _along(what: str) -> Callable[..., None]:
+    """`index_select` / `gather`: `index`'s values read `x` along `dim`."""
 
+    def check(out: Any, x: Any, dim: int, index: Any, *args: Any, **kwargs: Any) -> None:
+        r = _range_of(index)
+        if r is not None:
+            _in_bounds(r, x.size(dim) if x.dim() else 1, 0, what)
 
-def _gather(out: Any, x: Any, dim: int, index: Any, *args: Any, **kwargs: Any) -> None:
-    r = _range_of(index)
-    if r is not None:
-        _in_bounds(r, x.size(dim) if x.dim() else 1, 0, "gather")
+    return check
 
 
 def _index(out: Any, x: Any, indices: Any, *args: Any, **kwargs: Any) -> None:
@@ -855,8 +854,8 @@ _VALUES: dict[Any, Callable[..., None]] = {
     _aten.add.Tensor: _shifts(1), _aten.add.Scalar: _shifts(1), _aten.sub.Tensor: _shifts(-1),
     _aten.sub.Scalar: _shifts(-1),
     _aten.embedding.default: _embedding,
-    _aten.index_select.default: _index_select,
-    _aten.gather.default: _gather,
+    _aten.index_select.default: _along("index_select"),
+    _aten.gather.default: _along("gather"),
     _aten.index.Tensor: _index,
 }
 
