@@ -57,9 +57,11 @@ import torch
 
 from guardsolve.errors import EagerError, GuardFailure, GuardsolveError
 from guardsolve.jit.counter import Counter as _Counter
+from guardsolve.ir.ops import Op
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
 from guardsolve.trace.replay import compile_replay
+from guardsolve.trace.state import StateCheck, reachable_grad, recording
 from guardsolve.trace.static import StaticGuard, is_static_value, state_guards, value_guard
 from guardsolve.trace.tracer import Trace, is_traced, trace, tracing
 
@@ -86,6 +88,14 @@ class Entry:
     uncompiled: str | None = None
     static: tuple[StaticGuard, ...] = ()
     key: str = ""  # the store's name for this entry (its trace's text, hashed)
+    # NOTE: the state the trace read besides its inputs (module attributes, parameters, globals,
+    # closure cells), checked after the sizes on every call; its tensors are passed to the
+    # replay and the variants (`bind_state`). None: a loaded entry checks its module's tensors only
+    state: StateCheck | None = None
+    # NOTE: why this entry's calls run eagerly though its guards and state hold (a tensor it
+    # reads requires grad under grad mode: a replay would record no autograd history)
+    autograd: str | None = None
+    consts: tuple[str, ...] = ()  # the trace's constants, in `flat_program`'s order
 
     @property
     def hits(self) -> int:
@@ -103,6 +113,12 @@ class Entry:
                     "and the backend's:", textwrap.indent(v.explain(), "    ")]
         if self.uncompiled is not None:
             out.append(f"Inductor cannot compile this trace (its calls run eagerly): {self.uncompiled}")
+        if self.state is not None:
+            out.append(f"the state it read ({len(self.state)} checks on every call, after the sizes):")
+            out += [f"    {line}" for line in _summary(self.state.lines())]
+            out += [f"    note: {n}" for n in self.state.notes]
+        if self.autograd is not None:
+            out.append(f"its calls run eagerly: {self.autograd}")
         return "\n".join(out)
 
 
@@ -164,27 +180,33 @@ class _Miss:
     """One miss: the entries it was checked against and a description of its inputs; the
     reasons are built on first read."""
 
-    __slots__ = ("entries", "names", "desc", "state", "note", "_text")
+    __slots__ = ("entries", "names", "desc", "state", "note", "_text", "_stale")
 
     def __init__(self, entries: tuple[Entry, ...], names: tuple[str, ...], values: Sequence[Any],
                  state: dict[str, Any]):
         self.entries, self.names, self.state = entries, names, state
         self.desc = tuple(_describe(v) for v in values)
+        # NOTE: what each entry's state check found at the miss (the state may change later)
+        self._stale = tuple(e.state.failure() if e.state is not None else None for e in entries)
         self.note: str | None = None
         self._text: tuple[str, ...] | None = None
 
     def reasons(self) -> tuple[str, ...]:
         if self._text is None:
-            out = [f"entry {i}: {self._why(e)}" for i, e in enumerate(self.entries)] or ["no entries yet"]
+            out = [f"entry {i}: {self._why(e, stale)}" for i, (e, stale) in enumerate(zip(self.entries, self._stale))] \
+                or ["no entries yet"]
             if self.note:
                 out.append(self.note)
             self._text = tuple(out)
         return self._text
 
-    def _why(self, e: Entry) -> str:
+    def _why(self, e: Entry, stale: str | None) -> str:
         if e.names != self.names:
             return f"arguments ({', '.join(self.names)}) differ from the traced ({', '.join(e.names)})"
-        return e.guards.explain_failure(*self.desc, state=self.state)
+        why = e.guards.explain_failure(*self.desc, state=self.state)
+        if why == "all guards hold" and stale is not None:
+            return f"the state it read changed: {stale}"
+        return why
 
 
 class GuardedFunction:
@@ -234,6 +256,8 @@ class GuardedFunction:
         self._log: deque[_Miss | str] = deque(maxlen=self.miss_history)
         self._warned = False
         self._warned_grad = False
+        self._writes = 0  # NOTE: traces in a row whose call changed the state it read
+        self._always_eager: str | None = None
         self._loaded = False
         self._loaded_variants = 0
 
@@ -259,9 +283,18 @@ class GuardedFunction:
     def _try(self, e: Entry, names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
         if e.names is not names and e.names != names:
             return _MISS
+        state = e.state
+        if e.autograd is not None:
+            if not e.check(*values) or (state is not None and not state()):
+                return _MISS
+            self._eager.inc()
+            self._count_eager(e.autograd)
+            return _EAGER
         if self.backend == "inductor":
             for v in e.variants:
                 if v.check(*values):
+                    if state is not None and not state():
+                        return _MISS  # NOTE: every variant reads the same state
                     try:
                         out = v.run(*(values if e.traced is None else [values[i] for i in e.traced]))
                     except Exception as err:
@@ -275,13 +308,13 @@ class GuardedFunction:
                     self._hits.inc()
                     e.last_used = next(self._clock)
                     return out
-            if e.uncompiled is None or not e.check(*values):
+            if e.uncompiled is None or not e.check(*values) or (state is not None and not state()):
                 return _MISS
             # NOTE: the trace fits, Inductor cannot serve it: eager, with the reason counted
             self._eager.inc()
             self._count_eager(f"Inductor cannot compile this trace: {e.uncompiled}")
             return _EAGER
-        if not e.check(*values):
+        if not e.check(*values) or (state is not None and not state()):
             return _MISS
         try:
             out = e.run(*(values if e.traced is None else [values[i] for i in e.traced]))
@@ -335,7 +368,7 @@ class GuardedFunction:
 
     def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...],
               values: tuple[Any, ...], seen: tuple[Entry, ...]) -> Any:
-        why_eager = self._untraceable(names, values)
+        why_eager = self._always_eager or self._untraceable(names, values)
         locked = why_eager is None and self._lock.acquire(blocking=False)
         try:
             if locked:
@@ -349,7 +382,8 @@ class GuardedFunction:
             self._log.append(record)
             if locked and self.backend == "inductor":
                 fits = next((e for e in self._entries if e.trace is not None and e.uncompiled is None
-                             and e.names == names and e.check(*values)), None)
+                             and e.autograd is None and e.names == names and e.check(*values)
+                             and (e.state is None or e.state())), None)
                 if fits is not None:
                     # NOTE: the trace serves these inputs, its variants' backend guards do not:
                     # another variant of the same trace, no new trace
@@ -379,6 +413,19 @@ class GuardedFunction:
                 # NOTE: a data-dependent branch, an op the tracer does not know: eager serves it
                 return self._run_eagerly(record, f"cannot be traced: {type(e).__name__}: {_first_line(e)}", args, kwargs)
             self._traces.inc()
+            wrote = entry.state.changed() if entry.state is not None else None
+            if wrote is not None:
+                # NOTE: the call changed state it read (a counter, a cache it fills): a replay
+                # would not make the change, and the next call reads another state. This call's
+                # output is the traced run's own; no entry is kept, and a function that does so
+                # twice in a row runs eagerly from then on
+                self._writes += 1
+                why = f"the call changes state it reads: {wrote}"
+                if self._writes >= 2:
+                    self._always_eager = why
+                self._log.append(f"{why}; no entry kept")
+                return entry.trace.output
+            self._writes = 0
             if entry.trace.opaque or entry.trace.unreplayable is not None:
                 # NOTE: its output holds traced values inside objects a replay cannot rebuild
                 # (a model's cache object), or its random ops drew from a state set outside the
@@ -386,7 +433,13 @@ class GuardedFunction:
                 self._log.append(f"{entry.trace.unreplayable}; no entry kept" if entry.trace.unreplayable else
                                  "the trace's output holds objects a replay cannot rebuild; no entry kept")
                 return entry.trace.output
-            if self.backend == "inductor":
+            grads = entry.state.requires_grad() if entry.state is not None and torch.is_grad_enabled() else []
+            if grads:
+                # NOTE: the trace recorded no autograd history: its output is not eager's. The
+                # entry is kept, so later calls in this state run eagerly without tracing
+                entry.autograd = (f"autograd: grad mode is on and {grads[0]} requires grad"
+                                  + (f" (and {len(grads) - 1} more tensors the function reads)" if len(grads) > 1 else ""))
+            elif self.backend == "inductor":
                 variant = self._compile(entry, values)
                 if variant is not None:
                     entry.variants = (variant,)
@@ -400,6 +453,8 @@ class GuardedFunction:
                 self._evictions.inc()
             self._entries = (entry,) + kept if self.evict else kept + (entry,)
             out, entry.trace.output = entry.trace.output, None  # NOTE: the entry keeps no output alive
+            if entry.autograd is not None:
+                return self._run_eagerly(record, entry.autograd, args, kwargs)
             return out
         finally:
             if locked:
@@ -475,16 +530,17 @@ class GuardedFunction:
                     return f"argument {n!r} is a {type(v).__name__} with layout {v.layout}: only dense tensors trace"
             elif not is_static_value(v):
                 return f"argument {n!r} ({type(v).__name__}) is neither traced nor comparable by value"
-        if torch.is_grad_enabled() and (
-                any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
-                or (self._modules is not None and any(p.requires_grad for p in self.fn.parameters()))):  # type: ignore[attr-defined]
-            # NOTE: a trace records no autograd graph, so its first output would not be eager's
-            if not self._warned_grad:
-                warnings.warn(f"{getattr(self.fn, '__name__', type(self.fn).__name__)}: grad mode is on and an input "
-                              "or parameter requires grad: guarded runs such calls eagerly (wrap inference in "
-                              "torch.no_grad() or torch.inference_mode() to use its entries)", stacklevel=4)
-                self._warned_grad = True
-            return "autograd: grad mode is on and an input or parameter requires grad"
+        if torch.is_grad_enabled():
+            grad = next((f"input {n!r}" for n, v in zip(names, values)
+                         if isinstance(v, torch.Tensor) and v.requires_grad), None) or reachable_grad(self.fn)
+            if grad is not None:
+                # NOTE: a trace records no autograd graph, so its first output would not be eager's
+                if not self._warned_grad:
+                    warnings.warn(f"{getattr(self.fn, '__name__', type(self.fn).__name__)}: grad mode is on and {grad} "
+                                  "requires grad: guarded runs such calls eagerly (wrap inference in "
+                                  "torch.no_grad() or torch.inference_mode() to use its entries)", stacklevel=4)
+                    self._warned_grad = True
+                return f"autograd: grad mode is on and {grad} requires grad"
         return None
 
     def _trace(self, names: tuple[str, ...], values: tuple[Any, ...]) -> Entry:
@@ -492,7 +548,20 @@ class GuardedFunction:
                        if isinstance(v, torch.Tensor) or (isinstance(v, int) and not isinstance(v, bool)))
         plain = len(traced) == len(values) and names == self._leading[min(len(names), len(self._leading) - 1)]
         fn = self.fn if plain else self._partial(names, values, traced)
-        t = trace(fn, *[values[i] for i in traced], value_guards=self.value_guards)
+        with recording(self.fn) as rec:
+            t = trace(fn, *[values[i] for i in traced], value_guards=self.value_guards)
+            static, gs = self._guards(t, names, values, traced)
+        state = StateCheck.of(rec, self.fn)
+        t.inputs = t.recorded = None  # NOTE: the entry keeps its trace, not the call's tensors (nor its recorder)
+        run = compile_replay(t.graph, t.out_spec, t.constants) if self.backend == "replay" else _no_replay
+        assert gs._check is not None
+        entry = Entry(t, gs, run, names, None if plain or len(traced) == len(values) else traced, gs._check,
+                      next(self._clock), static=tuple(static), state=state, consts=tuple(t.constants))
+        bind_state(entry)
+        return entry
+
+    def _guards(self, t: Trace, names: tuple[str, ...], values: tuple[Any, ...],
+                traced: tuple[int, ...]) -> tuple[list[StaticGuard], GuardSet]:
         # NOTE: the trace's own static guards speak of its inputs; the ambient state a call
         # runs in (grad mode, default dtype, a module's modes) is the cache's to check
         static = list(t.static) + state_guards()
@@ -500,11 +569,7 @@ class GuardedFunction:
         if self._modules is not None:
             static.append(self._training_guard())
         gs = simplify(t, timeout_ms=self.timeout_ms, explore=self.explore).with_static(static, names)
-        t.inputs = t.recorded = None  # NOTE: the entry keeps its trace, not the call's tensors (nor its recorder)
-        run = compile_replay(t.graph, t.out_spec, t.constants) if self.backend == "replay" else _no_replay
-        assert gs._check is not None
-        return Entry(t, gs, run, names, None if plain or len(traced) == len(values) else traced, gs._check,
-                     next(self._clock), static=tuple(static))
+        return static, gs
 
     def _partial(self, names: tuple[str, ...], values: tuple[Any, ...], traced: tuple[int, ...]) -> Callable[..., Any]:
         """fn as a function of the traced arguments only (the others fixed), named like fn's."""
@@ -579,6 +644,43 @@ class GuardedFunction:
     def cache_clear(self) -> None:
         with self._lock:
             self._reset()
+
+
+def bind_state(entry: Entry) -> None:
+    """Make the entry read its state's tensors where they live now: when the state check finds a
+    tensor rebound (a replaced weight of the same kind), the replay, the trace's constants (which
+    later variants compile with) and every compiled variant take the new one."""
+    state, t = entry.state, entry.trace
+    if state is None or t is None:
+        return
+    made = {n.params["name"] for n in t.graph.nodes if n.op is Op.VAR_PARAM and "crc" in n.params}
+    by_leaf: dict[int, str] = {}
+    for name, c in t.constants.items():
+        i = state.tensors.get(id(c))
+        if i is not None:
+            by_leaf[i] = name
+        elif name not in made:
+            state.notes.append(f"{name}: a tensor the function reached by no recorded read: the entry keeps using "
+                               "this very tensor (in-place writes are seen, a rebinding elsewhere is not)")
+    order = list(t.constants)
+
+    def rebind(changed: dict[int, Any]) -> None:
+        for i, new in changed.items():
+            name = by_leaf.get(i)
+            if name is None:
+                continue
+            t.constants[name] = new
+            if entry.run is not _no_replay:
+                entry.run.__globals__[name] = new
+            slot = f"_c{order.index(name)}"
+            for v in entry.variants:
+                v.run.__globals__[slot] = new.detach()
+
+    state.on_rebind.append(rebind)
+
+
+def _summary(lines: list[str], most: int = 40) -> list[str]:
+    return lines if len(lines) <= most else lines[:most] + [f"... and {len(lines) - most} more (Entry.state.lines())"]
 
 
 _MISS = object()

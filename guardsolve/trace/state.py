@@ -1,0 +1,569 @@
+"""What a traced function read besides its inputs, and the check that it still reads the same.
+
+A trace is exact about its inputs' sizes, but the program also reads *state*: its modules'
+parameters, buffers, submodules and plain attributes, globals, closure cells, the contents
+of dicts and config objects those hold. `recording(fn)` records every such read while `fn`
+runs (traces and exploring probes alike):
+
+- module attributes, through a recording `nn.Module.__getattribute__` / `__getattr__`
+  installed only while a recorder is active (reads by other threads are not recorded);
+- globals, by the `LOAD_GLOBAL` names of each frame of code outside PyTorch and the
+  standard library that runs (`sys.settrace` on the recording thread only);
+- the closure cells and defaults of `fn` and of every function value read.
+
+`StateCheck.of(recorder)` turns the reads into leaves, each a Python expression over objects
+bound when the check is made, and an expected value:
+
+>>> import torch
+>>> class Scaled(torch.nn.Module):
+...     def __init__(self):
+...         super().__init__()
+...         self.fc = torch.nn.Linear(2, 2)
+...         self.temperature = 2.0
+...     def forward(self, x):
+...         return self.fc(x) / self.temperature
+>>> m = Scaled()
+>>> with recording(m) as rec:
+...     _ = m(torch.ones(1, 2))
+>>> check = StateCheck.of(rec, m)
+>>> print("\\n".join(check.lines()))
+self.fc is <Linear>
+self.fc.weight: a float32 tensor [2, 2], requires_grad=True (the entry reads it at each call)
+self.fc.bias: a float32 tensor [2], requires_grad=True (the entry reads it at each call)
+self.temperature == 2.0
+22 checks of module machinery: hook dicts and methods (not shadowed on instances)
+>>> check()
+True
+>>> m.temperature = 4.0
+>>> check(), check.failure()
+(False, 'self.temperature == 2.0 failed (found 4.0)')
+
+The check has two speeds. The fast one compares each leaf by identity (a tensor also by
+`requires_grad`): it holds while nothing was rebound. Where it fails, the exact one compares
+by value: plain values by type and value, tensors by dtype, device, layout, shape, strides and
+`requires_grad` (a replaced weight of the same kind passes), objects (modules, functions) by
+identity. Where the exact one passes, the leaves are rebound to what they hold now, and
+`on_rebind` listeners (the entry's replay and compiled variants) take the new tensors: a weight
+swap is served with no new trace and no new compile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dis
+import enum
+import importlib.util
+import os
+import sys
+import sysconfig
+import threading
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+
+from guardsolve.trace.static import value_key
+
+
+
+def _package_dirs(names: tuple[str, ...]) -> tuple[str, ...]:
+    out = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        for d in (spec.submodule_search_locations or ()) if spec is not None else ():
+            out.append(os.path.realpath(d) + os.sep)
+    return tuple(out)
+
+
+# NOTE: code whose globals are not the program's state: PyTorch's, guardsolve's and its solvers'
+# (which run while a recording is on: exploring other routes), the standard library's (their
+# module-level names are the libraries themselves, not a model's settings)
+_SKIP_DIRS = _package_dirs(("torch", "guardsolve", "sympy", "mpmath", "networkx", "z3", "numpy")) + tuple(
+    os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib"))
+_STATIC_SCALARS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout,
+                   torch.memory_format, enum.Enum)
+_OBJECTS = (torch.nn.Module, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType,
+            type, types.MethodWrapperType, types.WrapperDescriptorType, torch._ops.OpOverload,
+            torch._ops.OpOverloadPacket)
+# NOTE: guardsolve's own reads of a module (naming its parameters, restoring what a trace set)
+# are not the program's
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+MAX_DEPTH = 4  # NOTE: containers and objects nested deeper are compared by identity only (said in `notes`)
+
+_RECORDER: contextvars.ContextVar["Recorder | None"] = contextvars.ContextVar("guardsolve_state_recorder",
+                                                                             default=None)
+
+
+@dataclass(eq=False)
+class Read:
+    """One read: `owner` (a dict, or a cell with `key` None) held `value` under `key`;
+    `where` names it for people. `absent`: the name was looked up on a module's class (the
+    instance dict must keep not having it)."""
+
+    owner: Any
+    key: Any
+    value: Any
+    where: str
+    absent: bool = False
+
+
+class Recorder:
+    """The reads of one recording, first read first (a later read of the same slot is the
+    program's own write showing: `changed()` finds it)."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.reads: dict[tuple[int, Any], Read] = {}
+        self.names: dict[int, str] = {}  # id(module or object) -> its readable path
+        self._codes: dict[types.CodeType, tuple[str, ...]] = {}
+        self._funcs: set[int] = set()
+        if isinstance(fn, torch.nn.Module):
+            for name, m in fn.named_modules():
+                self.names.setdefault(id(m), f"self.{name}" if name else "self")
+        else:
+            self._function(fn, getattr(fn, "__name__", "fn"))
+
+    # -- recording ------------------------------------------------------------------------------
+
+    def add(self, owner: Any, key: Any, value: Any, where: str, absent: bool = False) -> None:
+        slot = (id(owner), key)
+        if slot not in self.reads:
+            self.reads[slot] = Read(owner, key, value, where, absent)
+            if isinstance(value, (torch.nn.Module,)) or (not isinstance(value, _STATIC_SCALARS + (torch.Tensor,))
+                                                         and hasattr(value, "__dict__")):
+                self.names.setdefault(id(value), where)
+            if isinstance(value, types.FunctionType):
+                self._function(value, where)
+
+    def module_attr(self, m: torch.nn.Module, name: str, value: Any) -> None:
+        d = m.__dict__
+        base = self.names.get(id(m)) or f"<{type(m).__name__}>"
+        where = f"{base}.{name}"
+        if name in d:
+            self.add(d, name, value, where)
+            return
+        for slot in ("_parameters", "_buffers", "_modules"):
+            inner = d.get(slot)
+            if inner is not None and name in inner:
+                self.add(inner, name, value, where)
+                return
+        # NOTE: found on the class (a method, a property, a class constant): it stays so while
+        # the instance does not shadow it
+        self.add(d, name, _ABSENT, where, absent=True)
+
+    def frame(self, frame: types.FrameType) -> None:
+        code = frame.f_code
+        names = self._codes.get(code)
+        if names is None:
+            names = self._codes[code] = _global_names(code)
+        if names:
+            g = frame.f_globals
+            module = g.get("__name__", "?")
+            root = g is getattr(self.fn, "__globals__", None)
+            for n in names:
+                if n in g:
+                    v = g[n]
+                    if isinstance(v, types.ModuleType):
+                        continue  # NOTE: `torch`, `F`: rebinding a module alias is out of scope
+                    fname = getattr(self.fn, "__name__", "fn")
+                    self.add(g, n, v, f"{fname}.__globals__[{n!r}]" if root else f"{module}.{n}")
+
+    def _function(self, f: Any, where: str) -> None:
+        if id(f) in self._funcs:
+            return
+        self._funcs.add(id(f))
+        inner = getattr(f, "__func__", f)  # NOTE: a bound method: its function's cells
+        code = getattr(inner, "__code__", None)
+        for name, cell in zip(getattr(code, "co_freevars", ()), getattr(inner, "__closure__", None) or ()):
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                continue  # NOTE: not yet bound: a read would raise, as eager does
+            self.add(cell, None, v, name if f is self.fn else f"{where}.<closure {name}>")
+        for i, v in enumerate(getattr(inner, "__defaults__", None) or ()):
+            self.add(inner.__defaults__, i, v, f"{where}.__defaults__[{i}]")
+        kw = getattr(inner, "__kwdefaults__", None)
+        for k, v in (kw or {}).items():
+            self.add(kw, k, v, f"{where}.__kwdefaults__[{k!r}]")
+
+
+_ABSENT = object()
+
+
+def _global_names(code: types.CodeType) -> tuple[str, ...]:
+    path = code.co_filename
+    if path.startswith("<") or os.path.realpath(path).startswith(_SKIP_DIRS):
+        return ()  # NOTE: `<string>`, `<frozen ...>`: code generated by libraries (namedtuple)
+    return tuple(dict.fromkeys(i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"))
+
+
+# -- the hooks ----------------------------------------------------------------------------------
+
+
+class _ModuleHooks:
+    """`nn.Module.__getattribute__` / `__getattr__` that record, installed while any recorder is
+    active in any thread (a count under a lock; the last one out restores PyTorch's)."""
+
+    _lock = threading.Lock()
+    _active = [0]  # NOTE: mirrors whether torch's class is patched; mutated only under the lock
+    _saved: list[Any] = []
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._active[0] == 0:
+                cls = torch.nn.Module
+                type(self)._saved = [cls.__dict__.get("__getattribute__"), cls.__dict__["__getattr__"]]
+                orig_getattr = cls.__dict__["__getattr__"]
+
+                def __getattribute__(m: Any, name: str) -> Any:
+                    v = object.__getattribute__(m, name)
+                    if name[:2] != "__":
+                        rec = _RECORDER.get()
+                        if rec is not None and not sys._getframe(1).f_code.co_filename.startswith(_OWN_DIR):
+                            rec.module_attr(m, name, v)
+                    return v
+
+                def __getattr__(m: Any, name: str) -> Any:
+                    v = orig_getattr(m, name)
+                    rec = _RECORDER.get()
+                    if rec is not None and not sys._getframe(1).f_code.co_filename.startswith(_OWN_DIR):
+                        rec.module_attr(m, name, v)
+                    return v
+
+                cls.__getattribute__ = __getattribute__  # type: ignore[method-assign]
+                cls.__getattr__ = __getattr__  # type: ignore[method-assign]
+            self._active[0] += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._lock:
+            self._active[0] -= 1
+            if self._active[0] == 0:
+                cls = torch.nn.Module
+                getattribute, getattr_ = self._saved
+                if getattribute is None:
+                    del cls.__getattribute__
+                else:
+                    cls.__getattribute__ = getattribute  # type: ignore[method-assign]
+                cls.__getattr__ = getattr_  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def recording(fn: Any) -> Iterator[Recorder]:
+    """Record the state `fn` reads while the block runs (this thread only). Nested recordings
+    record into the innermost."""
+    rec = Recorder(fn)
+    token = _RECORDER.set(rec)
+    prev = sys.gettrace()
+
+    def on_call(frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event == "call":
+            rec.frame(frame)
+        return prev(frame, event, arg) if prev is not None else None
+
+    with _ModuleHooks():
+        sys.settrace(on_call)
+        try:
+            yield rec
+        finally:
+            sys.settrace(prev)
+            _RECORDER.reset(token)
+
+
+# -- leaves and the check -----------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Leaf:
+    """One thing the check compares: `get` (Python over the check's bound names) now against
+    `expect`. `kind`: value | tensor | object | keys | length | absent."""
+
+    where: str
+    get: str
+    kind: str
+    expect: Any
+    meta: Any = None  # a tensor's (type, dtype, device, layout, shape, stride, requires_grad); keys; value_key
+
+    def line(self) -> str:
+        match self.kind:
+            case "value":
+                return f"{self.where} == {self.expect!r}"
+            case "tensor":
+                _, dt, dev, _, shape, _, rg = self.meta
+                where = f" on {dev}" if dev.type != "cpu" else ""
+                return (f"{self.where}: a {str(dt).removeprefix('torch.')} tensor {list(shape)}{where}, "
+                        f"requires_grad={rg} (the entry reads it at each call)")
+            case "object":
+                return f"{self.where} is <{type(self.expect).__name__ if not isinstance(self.expect, type) else self.expect.__name__}>"
+            case "keys":
+                return f"{self.where}: a {type(self.expect).__name__} with keys {list(self.meta)}"
+            case "length":
+                return f"{self.where}: a {type(self.expect).__name__} of length {self.meta}"
+            case "absent":
+                return f"{self.where} is not set on the instance (read from its class)"
+        raise AssertionError(self.kind)
+
+
+def _tensor_meta(t: torch.Tensor) -> tuple[Any, ...]:
+    strided = t.layout is torch.strided
+    return (type(t), t.dtype, t.device, t.layout, tuple(t.shape), tuple(t.stride()) if strided else None,
+            t.requires_grad)
+
+
+def _is_static(v: Any) -> bool:
+    if isinstance(v, _STATIC_SCALARS):
+        return not isinstance(v, float) or v == v
+    if type(v) in (tuple, list, torch.Size) or isinstance(v, tuple) and hasattr(type(v), "_fields"):
+        return all(_is_static(x) for x in v)
+    if type(v) is dict:
+        return all(_is_static(k) and _is_static(x) for k, x in v.items())
+    return False
+
+
+class StateCheck:
+    """The state an entry depends on, checked on every call (see the module's docstring)."""
+
+    def __init__(self, leaves: list[Leaf], bound: dict[str, Any], notes: list[str], tensors: dict[int, int]):
+        self.leaves = leaves
+        self.notes = notes
+        self.tensors = tensors  # id(tensor at record time) -> its leaf's index
+        self.on_rebind: list[Callable[[dict[int, Any]], None]] = []
+        self._lock = threading.Lock()
+        ns: dict[str, Any] = {**bound, "_value_key": value_key}
+        terms = []
+        for i, leaf in enumerate(leaves):
+            ns[f"_e{i}"] = leaf.expect
+            match leaf.kind:
+                case "value":
+                    # NOTE: an immutable value: the same object is the same value; a mutable list or
+                    # dict of plain values is compared by value each time
+                    terms.append(f"{leaf.get} is _e{i}" if not isinstance(leaf.expect, (list, dict))
+                                 else f"_value_key({leaf.get}) == _k{i}")
+                    ns[f"_k{i}"] = leaf.meta
+                case "tensor":
+                    terms.append(f"{leaf.get} is _e{i} and _e{i}.requires_grad is {leaf.meta[-1]}")
+                case "object":
+                    terms.append(f"{leaf.get} is _e{i}")
+                case "keys":
+                    terms.append(f"tuple({leaf.get}) == _k{i}")
+                    ns[f"_k{i}"] = leaf.meta
+                case "length":
+                    terms.append(f"len({leaf.get}) == {leaf.meta}")
+                case "absent":
+                    terms.append(leaf.get)
+        body = " and ".join(f"({t})" for t in terms) or "True"
+        src = f"def fast():\n    try:\n        return {body}\n    except Exception:\n        return False\n"
+        exec(compile(src, "<guardsolve state check>", "exec"), ns)
+        self._fast: Callable[[], bool] = ns["fast"]
+        self._ns = ns
+        self._getters = [eval(compile(f"lambda: {leaf.get}", "<guardsolve state leaf>", "eval"), ns)
+                         for leaf in leaves]
+
+    @classmethod
+    def of(cls, rec: Recorder, fn: Any = None) -> "StateCheck":
+        b = _Builder()
+        for r in rec.reads.values():
+            name = b.bind(r.owner)
+            if r.absent:
+                b.leaves.append(Leaf(r.where, f"{r.key!r} not in {name}", "absent", None))
+                continue
+            b.value(f"{name}.cell_contents" if r.key is None else f"{name}[{r.key!r}]", r.value, r.where, 0)
+        return cls(b.leaves, b.bound, b.notes, b.tensors)
+
+    def __call__(self) -> bool:
+        """Does the state still hold what the trace read? (Rebinds what changed but is equal.)"""
+        return self._fast() or self._exact()
+
+    def __len__(self) -> int:
+        return len(self.leaves)
+
+    def _exact(self) -> bool:
+        now = []
+        for leaf, get in zip(self.leaves, self._getters):
+            try:
+                cur = get()
+            except Exception:
+                return False
+            if not _same(leaf, cur):
+                return False
+            now.append(cur)
+        with self._lock:
+            changed: dict[int, Any] = {}
+            for i, (leaf, cur) in enumerate(zip(self.leaves, now)):
+                if leaf.kind in ("value", "tensor") and cur is not leaf.expect:
+                    leaf.expect = self._ns[f"_e{i}"] = cur
+                    changed[i] = cur
+            for listener in self.on_rebind:
+                listener(changed)
+        return True
+
+    def current(self, i: int) -> Any:
+        return self.leaves[i].expect
+
+    def failure(self) -> str | None:
+        """The first leaf the state fails, with what it holds now, or None."""
+        for leaf, get in zip(self.leaves, self._getters):
+            try:
+                cur = get()
+            except Exception as e:
+                return f"{leaf.line()} failed ({type(e).__name__}: {e})"
+            if not _same(leaf, cur):
+                return f"{leaf.line()} failed (found {_show(leaf, cur)})"
+        return None
+
+    def changed(self) -> str | None:
+        """`failure()`, named as a change the traced call itself made."""
+        return self.failure()
+
+    def lines(self) -> list[str]:
+        """One line a leaf, the program's own state first; the module machinery every call of a
+        module reads (hook dicts, methods not shadowed on the instance) summed up in one line."""
+        own = [leaf.line() for leaf in self.leaves if not _machinery(leaf)]
+        rest = len(self.leaves) - len(own)
+        return own + ([f"{rest} checks of module machinery: hook dicts and methods (not shadowed on instances)"]
+                      if rest else [])
+
+    def requires_grad(self) -> list[str]:
+        """The tensors read now requiring grad, by where they were read."""
+        return [leaf.where for leaf in self.leaves if leaf.kind == "tensor" and leaf.expect.requires_grad]
+
+
+def _machinery(leaf: Leaf) -> bool:
+    last = leaf.where.rsplit(".", 1)[-1]
+    return leaf.kind == "absent" or (last.startswith("_") and "hooks" in last)
+
+
+def _same(leaf: Leaf, cur: Any) -> bool:
+    match leaf.kind:
+        case "value":
+            return cur is leaf.expect or (_is_static(cur) and value_key(cur) == leaf.meta)
+        case "tensor":
+            return isinstance(cur, torch.Tensor) and (cur is leaf.expect or _tensor_meta(cur) == leaf.meta)
+        case "object":
+            return cur is leaf.expect
+        case "keys":
+            return tuple(cur) == leaf.meta
+        case "length":
+            return len(cur) == leaf.meta
+        case "absent":
+            return bool(cur)
+    raise AssertionError(leaf.kind)
+
+
+def _show(leaf: Leaf, cur: Any) -> str:
+    match leaf.kind:
+        case "tensor" if isinstance(cur, torch.Tensor):
+            _, dt, dev, lay, shape, stride, rg = _tensor_meta(cur)
+            return f"a {str(dt).removeprefix('torch.')} tensor {list(shape)}, requires_grad={rg}"
+        case "object":
+            return f"another {type(cur).__name__}"
+        case "keys":
+            return f"keys {list(cur)}"
+        case "length":
+            return f"length {len(cur)}"
+        case "absent":
+            return "an instance attribute"
+    text = repr(cur)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.leaves: list[Leaf] = []
+        self.bound: dict[str, Any] = {}
+        self._names: dict[int, str] = {}
+        self.notes: list[str] = []
+        self.tensors: dict[int, int] = {}
+
+    def bind(self, obj: Any) -> str:
+        name = self._names.get(id(obj))
+        if name is None:
+            name = self._names[id(obj)] = f"_o{len(self._names)}"
+            self.bound[name] = obj
+        return name
+
+    def value(self, get: str, v: Any, where: str, depth: int) -> None:
+        leaves = self.leaves
+        if isinstance(v, torch.Tensor):
+            self.tensors.setdefault(id(v), len(leaves))
+            leaves.append(Leaf(where, get, "tensor", v, _tensor_meta(v)))
+        elif _is_static(v):
+            leaves.append(Leaf(where, get, "value", v, value_key(v)))
+        elif isinstance(v, _OBJECTS) or callable(v) and not hasattr(v, "__dict__"):
+            leaves.append(Leaf(where, get, "object", v))
+        elif depth >= MAX_DEPTH:
+            leaves.append(Leaf(where, get, "object", v))
+            self.notes.append(f"{where}: nested {depth} deep; compared by identity only (a change inside it is not seen)")
+        elif isinstance(v, dict):
+            leaves.append(Leaf(where, f"type({get})", "object", type(v)))
+            leaves.append(Leaf(where, get, "keys", v, tuple(v)))
+            for k, x in list(v.items()):
+                if isinstance(k, (str, int)) and not isinstance(k, bool):
+                    self.value(f"{get}[{k!r}]", x, f"{where}[{k!r}]", depth + 1)
+                else:
+                    self.notes.append(f"{where}: a key {type(k).__name__} is not looked into")
+        elif isinstance(v, (list, tuple)):
+            leaves.append(Leaf(where, f"type({get})", "object", type(v)))
+            leaves.append(Leaf(where, get, "length", v, len(v)))
+            for i, x in enumerate(list(v)):
+                self.value(f"{get}[{i}]", x, f"{where}[{i}]", depth + 1)
+        else:
+            leaves.append(Leaf(where, get, "object", v))
+            d = getattr(v, "__dict__", None)
+            if isinstance(d, dict):
+                # NOTE: a plain object (a model's config): every attribute it holds, since reads
+                # of its attributes are not recorded (conservative: any change misses)
+                name = self.bind(d)
+                leaves.append(Leaf(f"{where}.__dict__", name, "keys", d, tuple(d)))
+                for k, x in list(d.items()):
+                    self.value(f"{name}[{k!r}]", x, f"{where}.{k}", depth + 1)
+            elif not isinstance(v, (set, frozenset)):
+                self.notes.append(f"{where}: a {type(v).__name__} with no __dict__, compared by identity only")
+
+
+def reachable_grad(fn: Any) -> str | None:
+    """A tensor that `fn` can reach without running and that requires grad, by name, or None:
+    a module's parameters and buffers; for a function, the tensors and modules in its closure
+    cells, defaults and the globals its code names (a lambda over a trainable `net`).
+
+    >>> net = torch.nn.Linear(2, 2)
+    >>> reachable_grad(lambda x: net(x))
+    'net.weight'
+    """
+    if isinstance(fn, torch.nn.Module):
+        return next((f"self.{n}" for n, p in fn.named_parameters() if p.requires_grad), None)
+    inner = getattr(fn, "__func__", fn)
+    found: list[tuple[str, Any]] = []
+    code = getattr(inner, "__code__", None)
+    if code is not None:
+        for name, cell in zip(code.co_freevars, inner.__closure__ or ()):
+            try:
+                found.append((name, cell.cell_contents))
+            except ValueError:
+                continue
+        g = getattr(inner, "__globals__", {})
+        found += [(n, g[n]) for n in _all_global_names(code) if n in g]
+    found += [(f"__defaults__[{i}]", v) for i, v in enumerate(getattr(inner, "__defaults__", None) or ())]
+    self_ = getattr(fn, "__self__", None)
+    if self_ is not None:
+        found.append(("self", self_))
+    for name, v in found:
+        if isinstance(v, torch.Tensor) and v.requires_grad:
+            return name
+        if isinstance(v, torch.nn.Module):
+            p = next((n for n, p in v.named_parameters() if p.requires_grad), None)
+            if p is not None:
+                return f"{name}.{p}"
+    return None
+
+
+def _all_global_names(code: types.CodeType) -> list[str]:
+    out = [i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"]
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            out += _all_global_names(c)
+    return out
+
+
+__all__ = ["reachable_grad", "Leaf", "Read", "Recorder", "StateCheck", "recording"]
