@@ -54,6 +54,7 @@ import contextvars
 import dis
 import enum
 import importlib.util
+import operator
 import os
 import sys
 import sysconfig
@@ -276,14 +277,24 @@ def recording(fn: Any) -> Iterator[Recorder]:
 
 @dataclass(eq=False)
 class Leaf:
-    """One thing the check compares: `get` (Python over the check's bound names) now against
-    `expect`. `kind`: value | tensor | object | keys | length | absent."""
+    """One thing the check compares: `owner[key]` (or the cell `owner`'s contents, `key`
+    None; or the container `owner` itself, for `length`) now against `expect`.
+    `kind`: value | tensor | object | length | absent."""
 
     where: str
-    get: str
+    owner: str  # the bound name of the dict, list, tuple or cell it is read from
+    key: Any
     kind: str
     expect: Any
-    meta: Any = None  # a tensor's (type, dtype, device, layout, shape, stride, requires_grad); keys; value_key
+    meta: Any = None  # a tensor's (type, dtype, device, layout, shape, stride, requires_grad); a length; a value_key
+
+    @property
+    def get(self) -> str:
+        if self.kind == "length":
+            return self.owner
+        if self.kind == "absent":
+            return f"{self.key!r} not in {self.owner}"
+        return f"{self.owner}.cell_contents" if self.key is None else f"{self.owner}[{self.key!r}]"
 
     def line(self) -> str:
         match self.kind:
@@ -295,11 +306,10 @@ class Leaf:
                 return (f"{self.where}: a {str(dt).removeprefix('torch.')} tensor {list(shape)}{where}, "
                         f"requires_grad={rg} (the entry reads it at each call)")
             case "object":
-                return f"{self.where} is <{type(self.expect).__name__ if not isinstance(self.expect, type) else self.expect.__name__}>"
-            case "keys":
-                return f"{self.where}: a {type(self.expect).__name__} with keys {list(self.meta)}"
+                e = self.expect
+                return f"{self.where} is <{e.__name__ if isinstance(e, type) else type(e).__name__}>"
             case "length":
-                return f"{self.where}: a {type(self.expect).__name__} of length {self.meta}"
+                return f"{self.where}: {self.meta} items"
             case "absent":
                 return f"{self.where} is not set on the instance (read from its class)"
         raise AssertionError(self.kind)
@@ -312,13 +322,18 @@ def _tensor_meta(t: torch.Tensor) -> tuple[Any, ...]:
 
 
 def _is_static(v: Any) -> bool:
+    """A plain immutable value, compared by type and value (a tuple of such values too)."""
     if isinstance(v, _STATIC_SCALARS):
         return not isinstance(v, float) or v == v
-    if type(v) in (tuple, list, torch.Size) or isinstance(v, tuple) and hasattr(type(v), "_fields"):
+    if type(v) in (tuple, torch.Size) or isinstance(v, tuple) and hasattr(type(v), "_fields"):
         return all(_is_static(x) for x in v)
-    if type(v) is dict:
-        return all(_is_static(k) and _is_static(x) for k, x in v.items())
     return False
+
+
+_CHECK_NAMESPACE: dict[str, Any] = {"_all": all, "_any": any, "_map": map, "_is": operator.is_, "_len": len,
+                                    "_tuple": tuple, "_rg": operator.attrgetter("requires_grad"),
+                                    "_getitem": operator.getitem, "_contains": operator.contains,
+                                    "_cell": operator.attrgetter("cell_contents")}
 
 
 class StateCheck:
@@ -330,35 +345,53 @@ class StateCheck:
         self.tensors = tensors  # id(tensor at record time) -> its leaf's index
         self.on_rebind: list[Callable[[dict[int, Any]], None]] = []
         self._lock = threading.Lock()
-        ns: dict[str, Any] = {**bound, "_value_key": value_key}
-        terms = []
-        for i, leaf in enumerate(leaves):
-            ns[f"_e{i}"] = leaf.expect
-            match leaf.kind:
-                case "value":
-                    # NOTE: an immutable value: the same object is the same value; a mutable list or
-                    # dict of plain values is compared by value each time
-                    terms.append(f"{leaf.get} is _e{i}" if not isinstance(leaf.expect, (list, dict))
-                                 else f"_value_key({leaf.get}) == _k{i}")
-                    ns[f"_k{i}"] = leaf.meta
-                case "tensor":
-                    terms.append(f"{leaf.get} is _e{i} and _e{i}.requires_grad is {leaf.meta[-1]}")
-                case "object":
-                    terms.append(f"{leaf.get} is _e{i}")
-                case "keys":
-                    terms.append(f"tuple({leaf.get}) == _k{i}")
-                    ns[f"_k{i}"] = leaf.meta
-                case "length":
-                    terms.append(f"len({leaf.get}) == {leaf.meta}")
-                case "absent":
-                    terms.append(leaf.get)
-        body = " and ".join(f"({t})" for t in terms) or "True"
-        src = f"def fast():\n    try:\n        return {body}\n    except Exception:\n        return False\n"
-        exec(compile(src, "<guardsolve state check>", "exec"), ns)
-        self._fast: Callable[[], bool] = ns["fast"]
-        self._ns = ns
+        self._bound = bound
+        ns = {**bound, **_CHECK_NAMESPACE}
         self._getters = [eval(compile(f"lambda: {leaf.get}", "<guardsolve state leaf>", "eval"), ns)
                          for leaf in leaves]
+        self._fast = self._compile()
+
+    def _compile(self) -> Callable[[], bool]:
+        """The fast check: identities, lengths, absences and `requires_grad`, each kind one pass
+        that runs in C (`all(map(is_, map(getitem, owners, keys), expected))`)."""
+        ns: dict[str, Any] = dict(_CHECK_NAMESPACE)
+        keyed: list[Leaf] = []
+        cells: list[Leaf] = []
+        lens: list[Leaf] = []
+        tensors: list[Leaf] = []
+        absent: list[Leaf] = []
+        for leaf in self.leaves:
+            match leaf.kind:
+                case "value" | "object" | "tensor":
+                    (cells if leaf.key is None else keyed).append(leaf)
+                    if leaf.kind == "tensor":
+                        tensors.append(leaf)
+                case "length":
+                    lens.append(leaf)
+                case "absent":
+                    absent.append(leaf)
+        bound = self._bound
+        terms: list[str] = []
+        if keyed:
+            ns["_OW"], ns["_KY"] = tuple(bound[x.owner] for x in keyed), tuple(x.key for x in keyed)
+            ns["_EX"] = tuple(x.expect for x in keyed)
+            terms.append("_all(_map(_is, _map(_getitem, _OW, _KY), _EX))")
+        if cells:
+            ns["_CE"], ns["_CX"] = tuple(bound[x.owner] for x in cells), tuple(x.expect for x in cells)
+            terms.append("_all(_map(_is, _map(_cell, _CE), _CX))")
+        if lens:
+            ns["_L"], ns["_N"] = tuple(bound[x.owner] for x in lens), tuple(x.meta for x in lens)
+            terms.append("_tuple(_map(_len, _L)) == _N")
+        if absent:
+            ns["_AD"], ns["_AK"] = tuple(bound[x.owner] for x in absent), tuple(x.key for x in absent)
+            terms.append("not _any(_map(_contains, _AD, _AK))")
+        if tensors:
+            ns["_T"], ns["_RG"] = tuple(x.expect for x in tensors), tuple(x.meta[-1] for x in tensors)
+            terms.append("_all(_map(_is, _map(_rg, _T), _RG))")
+        body = " and ".join(terms) or "True"
+        src = f"def fast():\n    try:\n        return {body}\n    except Exception:\n        return False\n"
+        exec(compile(src, "<guardsolve state check>", "exec"), ns)
+        return ns["fast"]
 
     @classmethod
     def of(cls, rec: Recorder, fn: Any = None) -> "StateCheck":
@@ -366,9 +399,9 @@ class StateCheck:
         for r in rec.reads.values():
             name = b.bind(r.owner)
             if r.absent:
-                b.leaves.append(Leaf(r.where, f"{r.key!r} not in {name}", "absent", None))
+                b.leaves.append(Leaf(r.where, name, r.key, "absent", None))
                 continue
-            b.value(f"{name}.cell_contents" if r.key is None else f"{name}[{r.key!r}]", r.value, r.where, 0)
+            b.value(name, r.owner, r.key, r.value, r.where, 0)
         return cls(b.leaves, b.bound, b.notes, b.tensors)
 
     def __call__(self) -> bool:
@@ -392,14 +425,15 @@ class StateCheck:
             changed: dict[int, Any] = {}
             for i, (leaf, cur) in enumerate(zip(self.leaves, now)):
                 if leaf.kind in ("value", "tensor") and cur is not leaf.expect:
-                    leaf.expect = self._ns[f"_e{i}"] = cur
+                    leaf.expect = cur
+                    if leaf.kind == "tensor":
+                        leaf.meta = _tensor_meta(cur)
                     changed[i] = cur
-            for listener in self.on_rebind:
-                listener(changed)
+            if changed:
+                self._fast = self._compile()
+                for listener in self.on_rebind:
+                    listener(changed)
         return True
-
-    def current(self, i: int) -> Any:
-        return self.leaves[i].expect
 
     def failure(self) -> str | None:
         """The first leaf the state fails, with what it holds now, or None."""
@@ -430,8 +464,11 @@ class StateCheck:
 
 
 def _machinery(leaf: Leaf) -> bool:
-    last = leaf.where.rsplit(".", 1)[-1]
-    return leaf.kind == "absent" or (last.startswith("_") and "hooks" in last)
+    last = leaf.where.rsplit(".", 1)[-1].split("[", 1)[0]
+    return leaf.kind == "absent" or (last.startswith("_") and ("hooks" in last or last in _MODULE_DICTS))
+
+
+_MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 
 
 def _same(leaf: Leaf, cur: Any) -> bool:
@@ -442,12 +479,10 @@ def _same(leaf: Leaf, cur: Any) -> bool:
             return isinstance(cur, torch.Tensor) and (cur is leaf.expect or _tensor_meta(cur) == leaf.meta)
         case "object":
             return cur is leaf.expect
-        case "keys":
-            return tuple(cur) == leaf.meta
         case "length":
             return len(cur) == leaf.meta
         case "absent":
-            return bool(cur)
+            return cur is True
     raise AssertionError(leaf.kind)
 
 
@@ -458,10 +493,8 @@ def _show(leaf: Leaf, cur: Any) -> str:
             return f"a {str(dt).removeprefix('torch.')} tensor {list(shape)}, requires_grad={rg}"
         case "object":
             return f"another {type(cur).__name__}"
-        case "keys":
-            return f"keys {list(cur)}"
         case "length":
-            return f"length {len(cur)}"
+            return f"{len(cur)} items"
         case "absent":
             return "an instance attribute"
     text = repr(cur)
@@ -473,6 +506,7 @@ class _Builder:
         self.leaves: list[Leaf] = []
         self.bound: dict[str, Any] = {}
         self._names: dict[int, str] = {}
+        self._slots: set[tuple[int, Any]] = set()
         self.notes: list[str] = []
         self.tensors: dict[int, int] = {}
 
@@ -483,43 +517,57 @@ class _Builder:
             self.bound[name] = obj
         return name
 
-    def value(self, get: str, v: Any, where: str, depth: int) -> None:
+    def value(self, owner: str, container: Any, key: Any, v: Any, where: str, depth: int) -> None:
+        slot = (id(container), key)
+        if slot in self._slots:
+            return  # NOTE: read twice (`self.fc.weight`, and `_parameters` walked): one leaf
+        self._slots.add(slot)
         leaves = self.leaves
         if isinstance(v, torch.Tensor):
             self.tensors.setdefault(id(v), len(leaves))
-            leaves.append(Leaf(where, get, "tensor", v, _tensor_meta(v)))
-        elif _is_static(v):
-            leaves.append(Leaf(where, get, "value", v, value_key(v)))
-        elif isinstance(v, _OBJECTS) or callable(v) and not hasattr(v, "__dict__"):
-            leaves.append(Leaf(where, get, "object", v))
-        elif depth >= MAX_DEPTH:
-            leaves.append(Leaf(where, get, "object", v))
+            leaves.append(Leaf(where, owner, key, "tensor", v, _tensor_meta(v)))
+            return
+        if _is_static(v):
+            leaves.append(Leaf(where, owner, key, "value", v, value_key(v)))
+            return
+        leaves.append(Leaf(where, owner, key, "object", v))
+        if isinstance(v, _OBJECTS) or callable(v) and not hasattr(v, "__dict__") or \
+                type(v).__module__.startswith("guardsolve."):
+            # NOTE: a guarded function: its calls inside a trace run its function, whose own
+            # reads are recorded; its cache's bookkeeping is not the program's state
+            return
+        if depth >= MAX_DEPTH:
             self.notes.append(f"{where}: nested {depth} deep; compared by identity only (a change inside it is not seen)")
-        elif isinstance(v, dict):
-            leaves.append(Leaf(where, f"type({get})", "object", type(v)))
-            leaves.append(Leaf(where, get, "keys", v, tuple(v)))
-            for k, x in list(v.items()):
-                if isinstance(k, (str, int)) and not isinstance(k, bool):
-                    self.value(f"{get}[{k!r}]", x, f"{where}[{k!r}]", depth + 1)
-                else:
-                    self.notes.append(f"{where}: a key {type(k).__name__} is not looked into")
-        elif isinstance(v, (list, tuple)):
-            leaves.append(Leaf(where, f"type({get})", "object", type(v)))
-            leaves.append(Leaf(where, get, "length", v, len(v)))
-            for i, x in enumerate(list(v)):
-                self.value(f"{get}[{i}]", x, f"{where}[{i}]", depth + 1)
+            return
+        # NOTE: a container, or a plain object's attributes (a model's config: reads of its
+        # attributes are not recorded, so all of them are checked; any change misses). The
+        # container itself is bound: its identity is the leaf just added
+        if isinstance(v, (dict, list, tuple)):
+            inner, items, label = v, list(v.items()) if isinstance(v, dict) else list(enumerate(v)), where
+        elif isinstance(getattr(v, "__dict__", None), dict):
+            inner, items, label = v.__dict__, list(v.__dict__.items()), None
         else:
-            leaves.append(Leaf(where, get, "object", v))
-            d = getattr(v, "__dict__", None)
-            if isinstance(d, dict):
-                # NOTE: a plain object (a model's config): every attribute it holds, since reads
-                # of its attributes are not recorded (conservative: any change misses)
-                name = self.bind(d)
-                leaves.append(Leaf(f"{where}.__dict__", name, "keys", d, tuple(d)))
-                for k, x in list(d.items()):
-                    self.value(f"{name}[{k!r}]", x, f"{where}.{k}", depth + 1)
-            elif not isinstance(v, (set, frozenset)):
+            if not isinstance(v, (set, frozenset)):
                 self.notes.append(f"{where}: a {type(v).__name__} with no __dict__, compared by identity only")
+            return
+        name = self.bind(inner)
+        if not isinstance(inner, tuple):
+            leaves.append(Leaf(where if label else f"{where}.__dict__", name, None, "length", inner, len(inner)))
+        for k, x in items:
+            if isinstance(k, (str, int)) and not isinstance(k, bool):
+                self.value(name, inner, k, x, f"{where}[{k!r}]" if label else f"{where}.{k}", depth + 1)
+            else:
+                self.notes.append(f"{where}: a key of type {type(k).__name__} is not looked into")
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """No recording in this block (guardsolve's own walks over a module: not the program's reads)."""
+    token = _RECORDER.set(None)
+    try:
+        yield
+    finally:
+        _RECORDER.reset(token)
 
 
 def reachable_grad(fn: Any) -> str | None:
@@ -566,4 +614,4 @@ def _all_global_names(code: types.CodeType) -> list[str]:
     return out
 
 
-__all__ = ["reachable_grad", "Leaf", "Read", "Recorder", "StateCheck", "recording"]
+__all__ = ["paused", "reachable_grad", "Leaf", "Read", "Recorder", "StateCheck", "recording"]

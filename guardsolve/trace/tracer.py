@@ -33,6 +33,7 @@ from guardsolve.guards.pytorch import meta_input
 from guardsolve.guards.rules import RuleCache
 from guardsolve.guards.symbolic import Recorder, SymGuard, call_user
 from guardsolve.trace.local import Recorded
+from guardsolve.trace.state import paused
 from guardsolve.trace.why import Why, node_loc, node_op
 from guardsolve.trace.static import StaticGuard, layout_guard, tensor_guards
 from guardsolve.trace.tensor import TracedTensor, TracingMode, _presents_as_tracing, dtype_name, symint
@@ -458,7 +459,8 @@ def _owners(fn: Any) -> list[tuple[str, torch.nn.Module]]:
     root = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
     if not isinstance(root, torch.nn.Module):
         return []
-    return list(root.named_modules(remove_duplicate=True))
+    with paused():  # NOTE: guardsolve's walk, not the program's reads
+        return list(root.named_modules(remove_duplicate=True))
 
 
 def scrub(fn: Any) -> list[str]:
@@ -555,7 +557,8 @@ def _holds_traced(v: Any, depth: int = 0) -> bool:
 def _module_names(fn: Any) -> dict[int, str]:
     if not isinstance(fn, torch.nn.Module):
         return {}
-    named = list(fn.named_parameters(remove_duplicate=True)) + list(fn.named_buffers(remove_duplicate=True))
+    with paused():  # NOTE: guardsolve's walk, not the program's reads
+        named = list(fn.named_parameters(remove_duplicate=True)) + list(fn.named_buffers(remove_duplicate=True))
     return {id(t): name for name, t in named}
 
 
