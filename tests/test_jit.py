@@ -57,12 +57,18 @@ def test_inductor_end_to_end_one_compile_every_batch_size_then_kept_across_insta
         assert same_outcome(outcome(model, (bad,)), outcome(fast, (bad,))) is None
         assert not v.check(torch.randn(3, 8)[:, ::2])  # strides Inductor did not compile for
 
-        again = guardsolve.guarded(_mlp(), backend="inductor", cache_dir=str(tmp_path))
+        m2 = _mlp()
+        again = guardsolve.guarded(m2, backend="inductor", cache_dir=str(tmp_path))
         for b in (7, 1, 0):
             x = torch.randn(b, 4)
             assert torch.allclose(again(x), model(x), atol=1e-5)
         info = again.cache_info()
         assert (info.traces, info.compiles, info.loaded, info.hits) == (0, 0, 1, 3)
+        # NOTE: a loaded entry reads its weights where they live: a swap is served, no compile
+        m2[0].weight = torch.nn.Parameter(torch.randn(8, 4))
+        x = torch.randn(3, 4)
+        assert torch.allclose(again(x), m2(x), atol=1e-5)
+        assert again.cache_info().compiles == 0 and again.cache_info().hits == 4
 
         files = list(pathlib.Path(tmp_path).rglob("*.gse"))
         assert len(files) == 1
@@ -284,6 +290,35 @@ def test_second_process_serves_from_the_cache_dir(tmp_path: pathlib.Path) -> Non
     assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr[-2000:]
     assert runs[0].stdout.split() == ["1", "1", "0"]
     assert runs[1].stdout.split() == ["0", "0", "1"]
+
+
+@pytest.mark.slow
+def test_second_process_serves_a_closure_and_checks_its_state(tmp_path: pathlib.Path) -> None:
+    """A closure over a module and a global is saved (its state check with it); the second
+    process compiles nothing, serves a weight swap with no compile, and misses where a global
+    the function reads differs."""
+    script = textwrap.dedent("""
+        import sys, torch, guardsolve
+        torch.manual_seed(0)
+        SHIFT = float(sys.argv[2])
+        net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+        fast = guardsolve.guarded(lambda x: net(x) + SHIFT, backend="inductor", cache_dir=sys.argv[1])
+        with torch.no_grad():
+            for b in (8, 1, 3):
+                x = torch.randn(b, 16)
+                assert torch.allclose(fast(x), net(x) + SHIFT, atol=1e-5)
+            net[2].weight = torch.nn.Parameter(torch.randn(8, 32))
+            x = torch.randn(5, 16)
+            assert torch.allclose(fast(x), net(x) + SHIFT, atol=1e-5)
+        i = fast.cache_info()
+        print(i.traces, i.compiles, i.loaded)
+    """)
+    runs = [subprocess.run([sys.executable, "-c", script, str(tmp_path), shift], capture_output=True, text=True,
+                           timeout=600) for shift in ("0.5", "0.5", "1.5")]
+    assert [r.returncode for r in runs] == [0, 0, 0], [r.stderr[-2000:] for r in runs]
+    assert runs[0].stdout.split() == ["1", "1", "0"]
+    assert runs[1].stdout.split() == ["0", "0", "1"]
+    assert runs[2].stdout.split() == ["1", "1", "1"]  # SHIFT differs: the loaded entry misses
 
 
 @pytest.mark.slow

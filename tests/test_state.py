@@ -203,3 +203,15 @@ def test_inductor_weight_swap_needs_no_compile_and_attributes_recompile() -> Non
         m.use_softmax = False
         _same(g, m, x)
         assert g.cache_info().compiles == 3
+
+
+def test_globals_of_code_with_no_file_are_recorded() -> None:
+    """`python -c`, a notebook cell, a doctest: code named `<...>` is the user's too."""
+    ns: dict[str, object] = {"torch": torch, "K": 2.0}
+    exec(compile("def f(x):\n    return x * K\n", "<string>", "exec"), ns)
+    f = ns["f"]
+    g = guardsolve.guarded(f)  # type: ignore[arg-type]
+    x = torch.randn(3)
+    assert torch.equal(g(x), x * 2.0)
+    ns["K"] = 3.0
+    assert torch.equal(g(x), x * 3.0)

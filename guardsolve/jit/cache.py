@@ -95,7 +95,7 @@ class Entry:
     # NOTE: why this entry's calls run eagerly though its guards and state hold (a tensor it
     # reads requires grad under grad mode: a replay would record no autograd history)
     autograd: str | None = None
-    consts: tuple[str, ...] = ()  # the trace's constants, in `flat_program`'s order
+    const_leaves: tuple[int | None, ...] = ()  # each constant's leaf in `state` (`bind_state`)
 
     @property
     def hits(self) -> int:
@@ -256,6 +256,7 @@ class GuardedFunction:
         self._log: deque[_Miss | str] = deque(maxlen=self.miss_history)
         self._warned = False
         self._warned_grad = False
+        self._warned_save = False
         self._writes = 0  # NOTE: traces in a row whose call changed the state it read
         self._always_eager: str | None = None
         self._loaded = False
@@ -494,7 +495,11 @@ class GuardedFunction:
             return
         why = self._open_store().save(entry, variant)
         if why is not None:
-            self._log.append(f"cache_dir: entry {entry.key or '?'} {why}")
+            self._log.append(f"cache_dir: entry {entry.key} {why}")
+            if not self._warned_save:
+                warnings.warn(f"{getattr(self.fn, '__name__', type(self.fn).__name__)}: cache_dir: entry {entry.key} "
+                              f"{why}", stacklevel=4)
+                self._warned_save = True
 
     def _open_store(self) -> Any:
         if self._store is None:
@@ -509,7 +514,10 @@ class GuardedFunction:
                 return
             store = self._open_store()
             loaded = [Entry(None, e.variants[0].guards, _never, e.names, e.traced, _never,  # type: ignore[arg-type]
-                            variants=tuple(e.variants), key=e.key) for e in store.load(self._namespace())]
+                            variants=tuple(e.variants), key=e.key, state=e.state, const_leaves=e.const_leaves)
+                      for e in store.load(self._namespace())]
+            for e in loaded:
+                bind_state(e)
             self._log.extend(f"cache_dir: ignored {why}" for why in store.skipped)
             if loaded:
                 self._entries = self._entries + tuple(loaded)
@@ -556,7 +564,7 @@ class GuardedFunction:
         run = compile_replay(t.graph, t.out_spec, t.constants) if self.backend == "replay" else _no_replay
         assert gs._check is not None
         entry = Entry(t, gs, run, names, None if plain or len(traced) == len(values) else traced, gs._check,
-                      next(self._clock), static=tuple(static), state=state, consts=tuple(t.constants))
+                      next(self._clock), static=tuple(static), state=state)
         bind_state(entry)
         return entry
 
@@ -649,32 +657,35 @@ class GuardedFunction:
 def bind_state(entry: Entry) -> None:
     """Make the entry read its state's tensors where they live now: when the state check finds a
     tensor rebound (a replaced weight of the same kind), the replay, the trace's constants (which
-    later variants compile with) and every compiled variant take the new one."""
+    later variants compile with) and every compiled variant take the new one. Sets
+    `entry.const_leaves` (each constant's leaf in the state check, None for one the trace made)."""
     state, t = entry.state, entry.trace
-    if state is None or t is None:
+    if state is None:
         return
-    made = {n.params["name"] for n in t.graph.nodes if n.op is Op.VAR_PARAM and "crc" in n.params}
-    by_leaf: dict[int, str] = {}
-    for name, c in t.constants.items():
-        i = state.tensors.get(id(c))
-        if i is not None:
-            by_leaf[i] = name
-        elif name not in made:
-            state.notes.append(f"{name}: a tensor the function reached by no recorded read: the entry keeps using "
-                               "this very tensor (in-place writes are seen, a rebinding elsewhere is not)")
-    order = list(t.constants)
+    if t is not None:
+        made = {n.params["name"] for n in t.graph.nodes if n.op is Op.VAR_PARAM and "crc" in n.params}
+        leaves = []
+        for name, c in t.constants.items():
+            i = state.tensors.get(id(c))
+            leaves.append(i)
+            if i is None and name not in made:
+                state.notes.append(f"{name}: a tensor the function reached by no recorded read: the entry keeps "
+                                   "using this very tensor (in-place writes are seen, a rebinding elsewhere is not)")
+        entry.const_leaves = tuple(leaves)
+    slots = {i: j for j, i in enumerate(entry.const_leaves) if i is not None}
+    names = list(t.constants) if t is not None else []
 
     def rebind(changed: dict[int, Any]) -> None:
         for i, new in changed.items():
-            name = by_leaf.get(i)
-            if name is None:
+            j = slots.get(i)
+            if j is None:
                 continue
-            t.constants[name] = new
-            if entry.run is not _no_replay:
-                entry.run.__globals__[name] = new
-            slot = f"_c{order.index(name)}"
+            if t is not None:
+                t.constants[names[j]] = new
+                if entry.run is not _no_replay and entry.run is not _never:
+                    entry.run.__globals__[names[j]] = new
             for v in entry.variants:
-                v.run.__globals__[slot] = new.detach()
+                v.run.__globals__[f"_c{j}"] = new.detach()
 
     state.on_rebind.append(rebind)
 

@@ -5,7 +5,8 @@ atomically (a temporary file in the same folder, then `os.replace`), so two proc
 the folder never read half a file. A file holds a header, the SHA-256 of its payload and the
 payload: the variant's check (its minimal guards, static guards and what the backend assumed,
 with their proof), the artifact Inductor saved, and how to call it (the inputs' names, the
-module's parameters and buffers by qualified name, the output structure).
+state check (`jit/portable.py`: where each tensor the entry reads lives, by module path or
+cell), the output structure).
 
 The fingerprint (the folder's name) covers the format, the torch build, Python's version,
 fn's code (a module's classes' source, or a function's code objects) and, for a module, the
@@ -43,7 +44,7 @@ from guardsolve.ir.graph import SharedParams
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.trace.static import StaticGuard
 
-FORMAT = b"guardsolve-entry-1\n"
+FORMAT = b"guardsolve-entry-2\n"  # NOTE: 2: the state check is saved with each variant
 _GUARDSET_FIELDS = ("constraints", "graph", "dims", "sizes", "signature", "implied", "undecided", "tautologies",
                     "value_guards", "static", "params", "widened")
 
@@ -200,28 +201,33 @@ class Store:
     def __post_init__(self) -> None:
         self.folder = os.path.join(self.root, fingerprint(self.fn))
 
-    def _tensors(self) -> dict[int, str]:
-        """Parameters and buffers by identity -> qualified name."""
-        if not isinstance(self.fn, torch.nn.Module):
-            return {}
-        named = [*self.fn.named_parameters(remove_duplicate=False), *self.fn.named_buffers(remove_duplicate=False)]
-        return {id(t): n for n, t in named}
-
     def save(self, entry: Any, variant: Any) -> str | None:
         """Write one variant; returns why it was not saved, or None."""
+        from guardsolve.jit.portable import NotPortable, state_spec
+
         t = entry.trace
-        if variant.artifact is None:
-            return "the artifact was not kept"
-        by_id = self._tensors()
-        consts = []
-        for name, c in t.constants.items():
-            q = by_id.get(id(c))
-            if q is None:
-                return (f"not saved: the trace uses the tensor {name}, which is not a parameter or buffer of the "
-                        f"module (its value could differ in another process)")
-            consts.append(q)
         key = entry.key or hashlib.sha256(f"{entry.names}\n{t.graph}".encode()).hexdigest()[:16]
         entry.key = key
+        if variant.artifact is None:
+            return "not saved: the artifact was not kept"
+        if entry.state is None:
+            return "not saved: the entry has no state check"
+        try:
+            spec = state_spec(entry.state, self.fn)
+        except NotPortable as e:
+            return f"not saved: {e}"
+        # NOTE: a constant is read from the state at each call (its leaf), or is one the trace
+        # made from sizes (a small tensor its run computed): saved by value
+        consts: list[Any] = []
+        for (name, c), leaf in zip(t.constants.items(), entry.const_leaves):
+            if leaf is not None:
+                consts.append(("leaf", leaf))
+            elif any(n.op.name == "VAR_PARAM" and n.params.get("name") == name and "crc" in n.params
+                     for n in t.graph.nodes):
+                consts.append(("value", c.detach().clone()))
+            else:
+                return (f"not saved: the trace uses the tensor {name}, which it reached by no recorded read "
+                        "(its value could differ in another process)")
         vkey = hashlib.sha256(str(variant.guards).encode() + repr([g.text for g in variant.guards.static]).encode()
                               ).hexdigest()[:12]
         from guardsolve.jit.inductor import flat_program
@@ -231,6 +237,7 @@ class Store:
                    "traced": entry.traced, "guards": variant.guards, "backend": variant.backend,
                    "compile_s": variant.compile_s, "certificate": variant.certificate,
                    "exact_example": variant.exact_example, "inputs": inputs, "consts": consts, "outs": outs,
+                   "state": spec,
                    "out_spec": t.out_spec, "artifact": variant.artifact, "plain": variant.plain, "saved": time.time()}
         try:
             data = dumps(payload)
@@ -242,11 +249,10 @@ class Store:
     def load(self, namespace: Mapping[str, Any]) -> list["Loaded"]:
         """The entries of this fingerprint, each with the variants that load; the rest in `skipped`."""
         from guardsolve.jit.inductor import Variant, direct_call, load_artifact, runner
+        from guardsolve.jit.portable import restore_state
 
         if not os.path.isdir(self.folder):
             return []
-        tensors = dict([*self.fn.named_parameters(remove_duplicate=False), *self.fn.named_buffers(remove_duplicate=False)]
-                       ) if isinstance(self.fn, torch.nn.Module) else {}
         entries: dict[str, Any] = {}
         for name in sorted(os.listdir(self.folder)):
             if not name.endswith(".gse"):
@@ -258,11 +264,12 @@ class Store:
                     p = loads(f.read())
                 if p.get("fingerprint") != os.path.basename(self.folder):
                     raise ValueError("written for another fingerprint")
-                missing = [q for q in p["consts"] if q not in tensors]
-                if missing:
-                    raise ValueError(f"the module has no parameter or buffer {missing[0]}")
+                e = entries.get(p["entry"])
+                state = e.state if e is not None else restore_state(p["state"], self.fn)
+                leaves = tuple(c[1] if c[0] == "leaf" else None for c in p["consts"])
                 gs = _rebind(p["guards"], namespace)
-                consts = [tensors[q].detach() for q in p["consts"]]
+                consts = [c[1] if c[0] == "value" else _tensor_or_empty(state.leaves[c[1]].expect)
+                          for c in p["consts"]]
                 art = load_artifact(p["artifact"])
                 call = direct_call(art, len(p["outs"])) if p.get("plain") else None
                 run = runner(call or art, p["inputs"], consts, p["outs"], p["out_spec"], boxed=call is not None)
@@ -272,9 +279,9 @@ class Store:
             v = Variant(gs, run, tuple(p["backend"]), p["compile_s"], p["certificate"], None, p["exact_example"],
                         loaded=True, plain=bool(p.get("plain")))
             self.load_seconds.append(time.perf_counter() - start)
-            e = entries.get(p["entry"])
             if e is None:
-                e = entries[p["entry"]] = Loaded(p["entry"], tuple(p["names"]), p["traced"])
+                e = entries[p["entry"]] = Loaded(p["entry"], tuple(p["names"]), p["traced"], state=state,
+                                                 const_leaves=leaves)
             e.variants.append(v)
         return list(entries.values())
 
@@ -287,3 +294,11 @@ class Loaded:
     names: tuple[str, ...]
     traced: tuple[int, ...] | None
     variants: list[Any] = field(default_factory=list)
+    state: Any = None  # the state check, over this process's objects (`jit/portable.py`)
+    const_leaves: tuple[int | None, ...] = ()
+
+
+def _tensor_or_empty(v: Any) -> torch.Tensor:
+    """A leaf's tensor, detached; where the live state differs (the check then fails and the
+    artifact is never called), an empty stand-in."""
+    return v.detach() if isinstance(v, torch.Tensor) else torch.empty(0)

@@ -1,0 +1,186 @@
+"""An entry's state check, saved with it and rebuilt in another process (`jit/store.py`).
+
+A state check (`trace/state.py`) binds objects of this process: a module's `__dict__`, its
+`_parameters`, a globals dict, a closure cell. Saved, each bound object is named by how to
+reach it again from what the new process has: the guarded module (a submodule by its
+qualified name, then one of its dicts), the guarded function (its closure cells, its
+defaults), or an importable module's globals; a container inside one of those by its key.
+Expected values are saved as values (plain values), as tensor metadata (dtype, device,
+shape, strides, requires_grad), or as the type or name of an object (a submodule of the same
+class, a function of the same qualified name). On load, each leaf is read from the live
+objects: an object of the saved kind becomes the expected one, anything else a leaf that
+fails, so the loaded entry serves only where the state it was compiled for holds.
+
+>>> import torch
+>>> from guardsolve.trace.state import StateCheck, recording
+>>> m = torch.nn.Linear(2, 2)
+>>> with recording(m) as rec:
+...     _ = m(torch.ones(1, 2))
+>>> spec = state_spec(StateCheck.of(rec, m), m)
+>>> check = restore_state(spec, m)
+>>> check(), len(check) == len(spec["leaves"])
+(True, True)
+>>> m.weight = torch.nn.Parameter(torch.zeros(2, 3))
+>>> check.failure()
+'self.weight: a float32 tensor [2, 2], requires_grad=True (the entry reads it at each call) failed (found a float32 tensor [2, 3], requires_grad=True)'
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any, Callable
+
+import torch
+
+from guardsolve.trace.state import Leaf, StateCheck, _same, _tensor_meta
+
+
+class NotPortable(Exception):
+    """The state check reads something another process cannot find again (said in the message)."""
+
+
+def _roots(fn: Callable[..., Any]) -> dict[int, tuple[Any, ...]]:
+    out: dict[int, tuple[Any, ...]] = {}
+    if isinstance(fn, torch.nn.Module):
+        for q, m in fn.named_modules(remove_duplicate=False):
+            out.setdefault(id(m.__dict__), ("module", q, None))
+            for slot in ("_parameters", "_buffers", "_modules"):
+                d = m.__dict__.get(slot)
+                if d is not None:
+                    out.setdefault(id(d), ("module", q, slot))
+        return out
+    inner = getattr(fn, "__func__", fn)
+    for i, cell in enumerate(getattr(inner, "__closure__", None) or ()):
+        out[id(cell)] = ("cell", i)
+    if getattr(inner, "__defaults__", None) is not None:
+        out[id(inner.__defaults__)] = ("defaults",)
+    if getattr(inner, "__kwdefaults__", None) is not None:
+        out[id(inner.__kwdefaults__)] = ("kwdefaults",)
+    return out
+
+
+def _root_of(obj: Any, roots: dict[int, tuple[Any, ...]]) -> tuple[Any, ...] | None:
+    how = roots.get(id(obj))
+    if how is not None:
+        return how
+    if isinstance(obj, dict):
+        name = obj.get("__name__")
+        mod = sys.modules.get(name) if isinstance(name, str) else None
+        if mod is not None and getattr(mod, "__dict__", None) is obj:
+            return ("globals", name)
+    return None
+
+
+def _saved_expect(leaf: Leaf) -> Any:
+    match leaf.kind:
+        case "value":
+            return leaf.expect
+        case "object":
+            e = leaf.expect
+            if isinstance(e, (type, types.FunctionType, types.BuiltinFunctionType)):
+                return ("named", getattr(e, "__module__", None), getattr(e, "__qualname__", None))
+            return ("instance", type(e).__module__, type(e).__qualname__)
+    return None
+
+
+def state_spec(state: StateCheck, fn: Callable[..., Any]) -> dict[str, Any]:
+    """The check as plain data (see the module's docstring). Raises `NotPortable`."""
+    roots = _roots(fn)
+    derive: list[tuple[str, tuple[Any, ...]]] = []
+    for name, how in state.derive.items():
+        if how[0] == "root":
+            r = _root_of(state._bound[name], roots)
+            if r is None:
+                leaf = next((x for x in state.leaves if x.owner == name), None)
+                raise NotPortable(f"it reads {leaf.where if leaf else 'an object'}, which another process cannot "
+                                  "find again (not the module's, nor an importable module's global)")
+            derive.append((name, r))
+        else:
+            derive.append((name, how))
+    leaves = [(x.where, x.owner, x.key, x.kind, _saved_expect(x), x.meta) for x in state.leaves]
+    return {"derive": derive, "leaves": leaves, "notes": list(state.notes)}
+
+
+def _resolve_root(how: tuple[Any, ...], fn: Callable[..., Any]) -> Any:
+    match how:
+        case ("module", q, slot):
+            m = fn.get_submodule(q) if q else fn  # type: ignore[union-attr]
+            return m.__dict__ if slot is None else m.__dict__[slot]
+        case ("cell", i):
+            return getattr(fn, "__func__", fn).__closure__[i]
+        case ("defaults",):
+            return getattr(fn, "__func__", fn).__defaults__
+        case ("kwdefaults",):
+            return getattr(fn, "__func__", fn).__kwdefaults__
+        case ("globals", name):
+            mod = sys.modules.get(name)
+            if mod is None:
+                raise NotPortable(f"module {name} is not imported in this process")
+            return mod.__dict__
+    raise NotPortable(f"unknown root {how!r}")
+
+
+def _fits(saved: Any, cur: Any) -> bool:
+    kind, module, qualname = saved
+    if kind == "named":
+        return getattr(cur, "__module__", None) == module and getattr(cur, "__qualname__", None) == qualname
+    return type(cur).__module__ == module and type(cur).__qualname__ == qualname
+
+
+def restore_state(spec: dict[str, Any], fn: Callable[..., Any]) -> StateCheck:
+    """The saved check over this process's objects. Raises `NotPortable` where a bound
+    object cannot be found; a leaf that differs is kept, failing (the entry then misses)."""
+    bound: dict[str, Any] = {}
+    for name, how in spec["derive"]:
+        try:
+            if how[0] in ("item", "vars"):
+                _, parent, key = how
+                inner = bound[parent].cell_contents if key is None else bound[parent][key]
+                bound[name] = vars(inner) if how[0] == "vars" else inner
+            else:
+                bound[name] = _resolve_root(how, fn)
+        except NotPortable:
+            raise
+        except Exception as e:
+            raise NotPortable(f"cannot find the state it read again ({type(e).__name__}: {e})") from e
+    leaves: list[Leaf] = []
+    tensors: dict[int, int] = {}
+    for where, owner, key, kind, saved, meta in spec["leaves"]:
+        probe = Leaf(where, owner, key, kind, None, meta)
+        try:
+            cur = eval(compile(probe.get, "<guardsolve state leaf>", "eval"), dict(bound))
+        except Exception:
+            cur = _MISSING
+        expect: Any
+        match kind:
+            case "value":
+                expect = saved
+            case "tensor":
+                ok = isinstance(cur, torch.Tensor) and _tensor_meta(cur) == meta
+                expect = cur if ok else _Differs()
+                if ok:
+                    tensors.setdefault(id(cur), len(leaves))
+            case "object":
+                expect = cur if cur is not _MISSING and _fits(saved, cur) else _Differs()
+            case _:
+                expect = None
+        leaf = Leaf(where, owner, key, kind, expect, meta)
+        if kind in ("length", "absent") and (cur is _MISSING or not _same(leaf, cur)):
+            leaf.meta = -1 if kind == "length" else meta  # NOTE: never holds: the entry misses
+            if kind == "absent":
+                leaf.kind, leaf.expect = "object", _Differs()
+        leaves.append(leaf)
+    return StateCheck(leaves, bound, list(spec.get("notes", ())), tensors, dict(spec["derive"]))
+
+
+class _Differs:
+    """An expected object no live object is: its leaf fails until the state is traced again."""
+
+    def __repr__(self) -> str:
+        return "<state that differs from the saved entry's>"
+
+
+_MISSING = _Differs()
+
+__all__ = ["NotPortable", "restore_state", "state_spec"]
