@@ -27,15 +27,18 @@ input1 == 16
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import sympy
 import torch
+import z3
 
 from guardsolve.errors import GuardsolveError
 from guardsolve.ir.graph import Graph
@@ -44,6 +47,7 @@ from guardsolve.ir.ops import Op
 from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
 from guardsolve.solve.guardset import Certificate, GuardSet
 from guardsolve.solve.simplify import simplify
+from guardsolve.solve.smt import Vars
 from guardsolve.solve.tograph import emit_bailout
 from guardsolve.trace.replay import _lines, _spec_source
 from guardsolve.trace.static import StaticGuard
@@ -52,6 +56,7 @@ from guardsolve.trace.tracer import Ref, Trace
 try:  # NOTE: PyTorch internals this backend rests on (torch 2.13); named when they move
     import torch.fx.experimental._config as _fx_config
     from torch._dynamo.source import LocalSource
+    from torch._inductor.custom_graph_pass import CustomGraphPass, get_custom_graph_passes
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
@@ -467,33 +472,274 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
         plain = plain_graph(gm)
         v = _variant(t, trace_gs, values, static, params, timeout_ms, se, fakes, dims, artifact, inputs,
                      consts, outs, compile_s, data, plain)
-        differs = _differs_at(t, v, values)
+        differs = _differs_at(t, v, values, params, _values_comparable(gm), timeout_ms)
         if differs is not None:
             # NOTE: never trusted: `(a * b)[:, :2]` compiled at `b` of 1 column gave 2 columns (the
             # slice's end not clamped to the size, in both re-traces) where eager gives 1; the
             # call runs eagerly, with this reason (`cache_info`)
-            failures.append(f"the artifact compiled at these sizes gives {differs}")
+            failures.append(f"the artifact {differs}")
             continue
         return v
     raise CompileFailure(failures[-1])
 
 
-def _differs_at(t: Trace, v: Variant, values: Sequence[Any]) -> str | None:
-    """How the artifact's outputs at the inputs it was compiled at differ in sizes or dtype
-    from the trace's replay there (eager's kernels), or None."""
-    from guardsolve.ir.flat import flatten as _flatten
+# -- the artifact against eager -----------------------------------------------------------------
+
+# NOTE: (rtol, atol) by dtype for an artifact's values against eager's: Inductor fuses, reorders
+# reductions and computes half precision in float32, so floats agree to rounding, not bits;
+# a dtype with no row (integers, bools) must be equal. Rule table: add a row, not a branch.
+_TOLERANCE: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-5, 1e-7), torch.complex128: (1e-5, 1e-7),
+    torch.float32: (1e-3, 1e-4), torch.complex64: (1e-3, 1e-4),
+    torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2),
+}
+# NOTE: ops whose values no two runs share: random draws (Inductor has its own generator) and
+# uninitialized memory; a graph with one is compared in sizes and dtypes only
+_UNINITIALIZED = frozenset({"aten::empty", "aten::empty_like", "aten::new_empty", "aten::empty_strided",
+                            "aten::new_empty_strided", "aten::empty_permuted"})
+_POINT_TIMEOUT_MS = 2000  # z3's limit for finding one far point
+_GROWTH_BUDGET = 4  # a far point's inputs hold at most this many times the example's elements (or 4096)
+
+
+def _values_comparable(gm: Any) -> bool:
+    """False when the re-traced graph draws random numbers or reads memory it never wrote."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+            if torch.Tag.nondeterministic_seeded in n.target.tags or n.target._schema.name in _UNINITIALIZED:
+                return False
+    return True
+
+
+def _differs_at(t: Trace, v: Variant, values: Sequence[Any], params: Sequence[str], compare_values: bool,
+                timeout_ms: int) -> str | None:
+    """Where and how the artifact differs from the trace's replay (eager's kernels): at the
+    inputs it was compiled at, then at up to three points far from them that its check accepts
+    (`_far_points`); outputs and, where the graph mutates, the inputs after the call. Sizes and
+    dtypes always; values too where `compare_values`, within `_TOLERANCE`. None when it agrees.
+
+    NOTE: defense in depth. The check is meant to hold every assumption the artifact was built
+    under; an assumption it misses (an FX graph cache hit once dropped a pooling guard) shows as
+    values that differ at some size the check accepts, and the artifact is then never used.
+    """
     from guardsolve.trace.replay import compile_replay
 
-    with torch.no_grad():
-        want = [x for x in _flatten(compile_replay(t.graph, t.out_spec, t.constants)(*values))[0]
-                if isinstance(x, torch.Tensor)]
-        got = [x for x in _flatten(v.run(*values))[0] if isinstance(x, torch.Tensor)]
-    for i, (w, g) in enumerate(zip(want, got)):
-        if w.shape != g.shape or w.dtype != g.dtype:
-            return f"output {i} of sizes {list(g.shape)} ({g.dtype}) where eager's has {list(w.shape)} ({w.dtype})"
-    if len(want) != len(got):
-        return f"{len(got)} tensor outputs where eager has {len(want)}"
+    replay = compile_replay(t.graph, t.out_spec, t.constants)
+    copy = not v.plain
+    for where, args in _points(t, v, values, params, timeout_ms):
+        want = _outcome(replay, args, copy)
+        if isinstance(want, BaseException):
+            if args is values:
+                raise want  # NOTE: eager's own error at the call's inputs: the call raises it
+            continue  # NOTE: random data eager rejects (an index out of range): no comparison here
+        got = _outcome(v.run, args, copy)
+        if isinstance(got, BaseException):
+            return f"raises {type(got).__name__} ({_first_line(got)[:120]}) at {where}, where eager gives a value"
+        why = _mismatch(want, got, compare_values)
+        if why is not None:
+            return f"gives {why} at {where}"
     return None
+
+
+def _outcome(fn: Callable[..., Any], args: Sequence[Any], copy: bool
+             ) -> tuple[list[torch.Tensor], list[torch.Tensor]] | BaseException:
+    """fn's tensor outputs at `args` and (with `copy`, on copies of the inputs) the tensor
+    inputs after the call; or what it raised. The caller's random stream is left as it was."""
+    from guardsolve.ir.flat import flatten as _flatten
+
+    run_args = _copies(args) if copy else list(args)
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            out = fn(*run_args)
+    except Exception as e:
+        return e
+    outs = [x for x in _flatten(out)[0] if isinstance(x, torch.Tensor)]
+    return outs, ([x for x in run_args if isinstance(x, torch.Tensor)] if copy else [])
+
+
+def _copies(args: Sequence[Any]) -> list[Any]:
+    """The arguments with each tensor's storage copied (once per storage, so aliases stay
+    aliases) and viewed with the same sizes, strides and offset: a mutation changes no caller's
+    tensor, and the layout guards still hold."""
+    storages: dict[int, Any] = {}
+    out: list[Any] = []
+    for a in args:
+        if not isinstance(a, torch.Tensor):
+            out.append(a)
+            continue
+        st = a.untyped_storage()
+        key = st.data_ptr() or id(st)
+        if key not in storages:
+            storages[key] = st.clone()
+        view = torch.empty(0, dtype=a.dtype, device=a.device)
+        out.append(view.set_(storages[key], a.storage_offset(), a.size(), a.stride()))
+    return out
+
+
+def _mismatch(want: tuple[list[torch.Tensor], list[torch.Tensor]], got: tuple[list[torch.Tensor], list[torch.Tensor]],
+              compare_values: bool) -> str | None:
+    """The first output (then mutated input) whose sizes, dtype or values differ, described."""
+    for what, ws, gs in (("output", want[0], got[0]), ("input after the call", want[1], got[1])):
+        if len(ws) != len(gs):
+            return f"{len(gs)} tensor {what}s where eager has {len(ws)}"
+        for i, (w, g) in enumerate(zip(ws, gs)):
+            if w.shape != g.shape or w.dtype != g.dtype:
+                return f"{what} {i} of sizes {list(g.shape)} ({g.dtype}) where eager's has {list(w.shape)} ({w.dtype})"
+            if compare_values and w.numel():
+                why = _value_mismatch(w, g.to(w.device))
+                if why is not None:
+                    return f"{what} {i} {why}"
+    return None
+
+
+def _value_mismatch(w: torch.Tensor, g: torch.Tensor) -> str | None:
+    """None when `g` equals `w` within the dtype's tolerance (NaN equals NaN), else by how much."""
+    tol = _TOLERANCE.get(w.dtype)
+    if tol is None:
+        if torch.equal(w, g):
+            return None
+        w, g = w.to(torch.float64), g.to(torch.float64)
+    elif torch.allclose(g, w, rtol=tol[0], atol=tol[1], equal_nan=True):
+        return None
+    same = (w == g) | (torch.isnan(w) & torch.isnan(g))
+    diff = torch.where(same, torch.zeros((), dtype=torch.float64), (g - w).abs().to(torch.float64))
+    bound = "exactly" if tol is None else f"rtol {tol[0]:g}, atol {tol[1]:g}"
+    return f"differing from eager's by {diff.max().item():.3g} at most (max abs difference; {bound})"
+
+
+def _points(t: Trace, v: Variant, values: Sequence[Any], params: Sequence[str],
+            timeout_ms: int) -> list[tuple[str, Sequence[Any]]]:
+    """Where to compare: the inputs the artifact was compiled at, then random inputs at each far
+    point (`_far_points`) that the variant's own check accepts, described by their dims."""
+    base = _dims_at(t, values)
+    here: list[tuple[str, Sequence[Any]]] = [(f"the sizes it was compiled at ({_show(base)})", values)]
+    if v.exact_example:
+        return here
+    check = _traced_check(v, t, params)
+    gen = torch.Generator().manual_seed(0)  # NOTE: its own generator: the caller's stream is not drawn from
+    fixed = {p.dims[0] for p in t.signature if p.kind == "int"}
+    budget = max(_GROWTH_BUDGET * _elements(t, base), 4096)
+    for dims in _far_points(v.guards, base, fixed, lambda d: _elements(t, d) <= budget, timeout_ms):
+        args = _inputs_at(t, values, dims, gen)
+        try:
+            accepted = args is not None and bool(check(*args))
+        except Exception:  # NOTE: the check may raise on inputs it was not made for; never accepted
+            accepted = False
+        if accepted:
+            here.append((f"{_show(dims)} (sizes its check accepts)", args))
+    return here
+
+
+def _dims_at(t: Trace, values: Sequence[Any]) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for p, x in zip(t.signature, values):
+        dims.update(zip(p.dims, [int(x)] if p.kind == "int" else [int(n) for n in x.shape]))
+    return dims
+
+
+def _show(dims: Mapping[str, int]) -> str:
+    return ", ".join(f"{d}={n}" for d, n in dims.items()) or "no sizes"
+
+
+def _elements(t: Trace, dims: Mapping[str, int]) -> int:
+    total = 0
+    for p in t.signature:
+        if p.kind == "tensor":
+            n = 1
+            for d in p.dims:
+                n *= dims[d]
+            total += n
+    return total
+
+
+def _far_points(gs: GuardSet, base: Mapping[str, int], fixed: set[str], cheap: Callable[[Mapping[str, int]], bool],
+                timeout_ms: int) -> list[dict[str, int]]:
+    """Points of `gs`'s constraints far from `base`: the sizes' smallest sum (sizes from 0), the
+    smallest with every size at least 1, and the largest with each size at most about twice its
+    own (halved toward `base` until `cheap`). The dims in `fixed` (int arguments: their values
+    may index) keep their values. A query z3 cannot answer in time gives no point.
+
+    >>> from guardsolve.trace.tracer import trace
+    >>> gs = simplify(trace(lambda a, b: a + b, torch.ones(4, 3), torch.ones(3)))
+    >>> _far_points(gs, {"a0": 4, "a1": 3, "b0": 3}, set(), lambda dims: True, 1000)
+    [{'a0': 0, 'a1': 0, 'b0': 0}, {'a0': 1, 'a1': 1, 'b0': 1}, {'a0': 10, 'a1': 8, 'b0': 8}]
+    """
+    ctx = z3.Context()
+    var = Vars(ctx)
+    inside = gs.to_z3(ctx)
+    moving = [d for d in base if d not in fixed]
+    if not moving:
+        return []
+    found: list[dict[str, int]] = []
+    for least, grow in ((0, 0), (1, 0), (0, 1)):
+        for halving in range(4 if grow else 1):
+            o = z3.Optimize(ctx=ctx)
+            o.set("timeout", min(timeout_ms, _POINT_TIMEOUT_MS))
+            o.add(inside, *[var(d) == base[d] for d in fixed], *[var(d) >= least for d in moving])
+            if grow:
+                o.add(*[var(d) <= base[d] + (base[d] + 2) // 2 ** halving for d in moving])
+            total = z3.Sum([var(d) for d in moving])
+            o.maximize(total) if grow else o.minimize(total)
+            if o.check() != z3.sat:
+                break
+            m = o.model()
+            point = {d: m.eval(var(d), model_completion=True).as_long() for d in base}
+            if not grow or cheap(point):
+                if point != base and point not in found:
+                    found.append(point)
+                break
+    return found
+
+
+def _traced_check(v: Variant, t: Trace, params: Sequence[str]) -> Callable[..., bool]:
+    """The variant's check over the traced inputs alone: where some parameters are not traced
+    (pinned by value), their static guards are left out; they hold, as at the compile point."""
+    traced = [p.name for p in t.signature]
+    if list(params) == traced:
+        return v.check
+    untraced = set(params) - set(traced)
+    keep = [g for g in v.guards.static if not _names(g.source) & untraced]
+    return v.guards.with_static(keep, traced).check
+
+
+def _names(source: str) -> set[str]:
+    return {n.id for n in ast.walk(ast.parse(source, mode="eval")) if isinstance(n, ast.Name)}
+
+
+def _inputs_at(t: Trace, values: Sequence[Any], dims: Mapping[str, int], gen: torch.Generator) -> tuple[Any, ...] | None:
+    """Random inputs at `dims`, each tensor like the example's (dtype, device, the order of its
+    strides); ints as they were. None where a dtype has no random values here."""
+    out: list[Any] = []
+    for p, x in zip(t.signature, values):
+        if p.kind == "int":
+            out.append(x)
+            continue
+        y = _random_like(x, [dims[d] for d in p.dims], gen)
+        if y is None:
+            return None
+        out.append(y)
+    return tuple(out)
+
+
+def _random_like(x: torch.Tensor, sizes: Sequence[int], gen: torch.Generator) -> torch.Tensor | None:
+    """A tensor of `sizes` with x's dtype and device, its dims laid out in the order of x's
+    strides (so a transposed example gives a transposed point); floats normal, bools fair
+    coins, integers drawn from x's own values (an index stays one where the indexed size is kept)."""
+    order = sorted(range(x.dim()), key=lambda i: (-x.stride(i), i))
+    shape = [sizes[i] for i in order]
+    try:
+        if x.dtype.is_floating_point or x.dtype.is_complex:
+            base = torch.randn(shape, generator=gen, dtype=x.dtype)
+        elif x.dtype == torch.bool:
+            base = torch.rand(shape, generator=gen) < 0.5
+        elif x.numel():
+            flat = x.detach().reshape(-1).cpu()
+            base = flat[torch.randint(flat.numel(), shape, generator=gen)]
+        else:
+            base = torch.zeros(shape, dtype=x.dtype)
+    except (RuntimeError, TypeError):  # NOTE: a dtype with no random kernel (float8): no point
+        return None
+    inverse = [order.index(i) for i in range(x.dim())]
+    return base.permute(inverse).to(x.device)
 
 
 # NOTE: from this many ops on, the kernels are called from a C++ wrapper (`cpp_wrapper`):
@@ -503,11 +749,41 @@ def _differs_at(t: Trace, v: Variant, values: Sequence[Any]) -> str | None:
 CPP_WRAPPER_MIN_OPS = 40
 
 
+class _FreshKey(CustomGraphPass):
+    """A post-grad pass that changes nothing and whose uuid, part of Inductor's and
+    AOTAutograd's cache keys, no other compile has: its compile misses both caches."""
+
+    def __init__(self) -> None:
+        self._uuid = uuid.uuid4().hex
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        return None
+
+    def uuid(self) -> str:
+        return self._uuid
+
+
 def _standalone(gm: Any, inputs: list[Any], oblivious: bool, threads: int | None, cpp: bool) -> Any:
+    """`standalone_compile` of the re-traced graph, its lowering run in this call (never a cache hit)."""
     from torch._inductor import config
 
     scope = _oblivious() if oblivious else contextlib.nullcontext()
-    patch: dict[str, Any] = {"cpp_wrapper": True} if cpp else {}
+    # NOTE: a cache hit would not run lowering, so the guards lowering adds would not reach this
+    # ShapeEnv, which `_read_guards` reads. Inductor's FX graph cache (and AOTAutograd's, which
+    # serves it) keys an entry by the graph and its inputs' symbolic sizes, and the guards an
+    # entry keeps (`guards_expr`) cover only inputs that are SymInts: make_fx's graph has none
+    # (its sizes live in tensors), so an entry compiled at one size is served at any other. An
+    # audio encoder's `AdaptiveAvgPool1d` compiled at length 400 (guard `(s2 - 1) // 8 == 49`)
+    # was served at 800 without the guard, with 400's pooling windows: 3 of 6 calls wrong. A key
+    # no other compile has gives the same answer cold or warm, in any process. Disabling the
+    # caches (`fx_graph_cache=False`) would do the same but loses `CompiledArtifact.save`, which
+    # saves what the caches record. Cost, small graphs with a warm cache directory: ~0.01 s a
+    # compile before, 0.6-0.9 s now (lowering and Python codegen; the C++ build stays cached by
+    # its source); see tests/test_inductor_soundness.py.
+    passes = (*get_custom_graph_passes(config.post_grad_custom_post_pass), _FreshKey())
+    patch: dict[str, Any] = {"post_grad_custom_post_pass": passes}
+    if cpp:
+        patch["cpp_wrapper"] = True
     if threads is not None:
         patch["cpp.threads"] = threads
     with scope, config.patch(patch):

@@ -221,7 +221,7 @@ def _global_names(code: types.CodeType, module: Any) -> tuple[str, ...]:
         # NOTE: `python -c`, a notebook cell, a doctest are the user's; code that libraries
         # generate (a namedtuple's `__new__`, `<frozen importlib...>`) is named by its module
         top = module.split(".", 1)[0] if isinstance(module, str) else ""
-        if top in _SKIP_MODULES or top.startswith("namedtuple_") or not top:
+        if top in _SKIP_MODULES or top.startswith("namedtuple_"):
             return ()
     elif os.path.realpath(path).startswith(_SKIP_DIRS):
         return ()
