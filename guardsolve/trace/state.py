@@ -88,9 +88,6 @@ _STATIC_SCALARS = (type(None), bool, int, float, complex, str, bytes, torch.dtyp
 _OBJECTS = (torch.nn.Module, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType,
             type, types.MethodWrapperType, types.WrapperDescriptorType, torch._ops.OpOverload,
             torch._ops.OpOverloadPacket)
-# NOTE: guardsolve's own reads of a module (naming its parameters, restoring what a trace set)
-# are not the program's
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 MAX_DEPTH = 4  # NOTE: containers and objects nested deeper are compared by identity only (said in `notes`)
 
 _RECORDER: contextvars.ContextVar["Recorder | None"] = contextvars.ContextVar("guardsolve_state_recorder",
@@ -124,6 +121,7 @@ class Recorder:
         self._codes: dict[types.CodeType, tuple[str, ...]] = {}
         self._funcs: set[int] = set()
         self._global_hooks = False
+        self.tensors: dict[int, str] = {}  # id(tensor read as state) -> where (`is_state`)
         if isinstance(fn, torch.nn.Module):
             for name, m in fn.named_modules():
                 self.names.setdefault(id(m), f"self.{name}" if name else "self")
@@ -136,11 +134,23 @@ class Recorder:
         slot = (id(owner), key)
         if slot not in self.reads:
             self.reads[slot] = Read(owner, key, value, where, absent, direct)
+            self._tensors_in(value, 0)
             if isinstance(value, (torch.nn.Module,)) or (not isinstance(value, _STATIC_SCALARS + (torch.Tensor,))
                                                          and hasattr(value, "__dict__")):
                 self.names.setdefault(id(value), where)
             if isinstance(value, types.FunctionType):
                 self._function(value, where)
+
+    def _tensors_in(self, v: Any, depth: int) -> None:
+        """Remember the tensors a read reached (inside containers and plain objects too): ops on
+        them are the program's computation on its state, recorded, not folded into constants."""
+        if isinstance(v, torch.Tensor):
+            self.tensors.setdefault(id(v), "")
+        elif depth < MAX_DEPTH and not isinstance(v, _STATIC_SCALARS + _OBJECTS):
+            items = v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else \
+                getattr(v, "__dict__", {}).values() if isinstance(getattr(v, "__dict__", None), dict) else ()
+            for x in list(items):
+                self._tensors_in(x, depth + 1)
 
     def module_attr(self, m: torch.nn.Module, name: str, value: Any) -> None:
         d = m.__dict__
@@ -210,6 +220,7 @@ _GLOBAL_HOOKS = ("_global_backward_pre_hooks", "_global_backward_hooks", "_globa
                  "_global_forward_hooks", "_global_forward_hooks_always_called")
 
 
+_GENERATED = ("<guardsolve", "<readable>", "<witness>", "<eval_with_key")
 _SKIP_MODULES = frozenset({"torch", "guardsolve", "sympy", "mpmath", "networkx", "z3", "numpy"}) | frozenset(
     sys.stdlib_module_names)
 
@@ -217,6 +228,8 @@ _SKIP_MODULES = frozenset({"torch", "guardsolve", "sympy", "mpmath", "networkx",
 def _global_names(code: types.CodeType, module: Any) -> tuple[str, ...]:
     """The globals a code object loads, or () for code that is not the program's."""
     path = code.co_filename
+    if path.startswith(_GENERATED):
+        return ()  # NOTE: guardsolve's generated checks and replays, torch.fx's generated forwards
     if path.startswith("<"):
         # NOTE: `python -c`, a notebook cell, a doctest are the user's; code that libraries
         # generate (a namedtuple's `__new__`, `<frozen importlib...>`) is named by its module
@@ -250,14 +263,14 @@ class _ModuleHooks:
                     v = object.__getattribute__(m, name)
                     if name[:2] != "__":
                         rec = _RECORDER.get()
-                        if rec is not None and not sys._getframe(1).f_code.co_filename.startswith(_OWN_DIR):
+                        if rec is not None:
                             rec.module_attr(m, name, v)
                     return v
 
                 def __getattr__(m: Any, name: str) -> Any:
                     v = orig_getattr(m, name)
                     rec = _RECORDER.get()
-                    if rec is not None and not sys._getframe(1).f_code.co_filename.startswith(_OWN_DIR):
+                    if rec is not None:
                         rec.module_attr(m, name, v)
                     return v
 
@@ -602,6 +615,12 @@ class _Builder:
                 self.notes.append(f"{where}: a key of type {type(k).__name__} is not looked into")
 
 
+def is_state(t: torch.Tensor) -> bool:
+    """Was `t` read as state by the recording active in this thread?"""
+    rec = _RECORDER.get()
+    return rec is not None and id(t) in rec.tensors
+
+
 @contextlib.contextmanager
 def paused() -> Iterator[None]:
     """No recording in this block (guardsolve's own walks over a module: not the program's reads)."""
@@ -656,4 +675,4 @@ def _all_global_names(code: types.CodeType) -> list[str]:
     return out
 
 
-__all__ = ["paused", "reachable_grad", "Leaf", "Read", "Recorder", "StateCheck", "recording"]
+__all__ = ["is_state", "paused", "reachable_grad", "Leaf", "Read", "Recorder", "StateCheck", "recording"]

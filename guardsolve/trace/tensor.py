@@ -32,6 +32,7 @@ from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Args, Kwargs, Op, OpName
 from guardsolve.guards.rules import takes_device
 from guardsolve.guards.symbolic import Recorder, SymGuard
+from guardsolve.trace.state import is_state
 
 
 _aten = torch.ops.aten
@@ -276,8 +277,8 @@ class TracingMode(TorchDispatchMode):
                     traced = True
                 real_flat.append(node.hint)
             else:
-                if isinstance(a, torch.Tensor) and id(a) in self.names:
-                    traced = True
+                if isinstance(a, torch.Tensor) and (id(a) in self.names or is_state(a)):
+                    traced = True  # NOTE: a parameter, or a tensor the program read as state
                 real_flat.append(a)
         if foreign and not mine:  # NOTE: another trace's business (one starting inside this one)
             with _outside_modes():
