@@ -507,8 +507,10 @@ class StateCheck:
 
 
 def _machinery(leaf: Leaf) -> bool:
-    last = leaf.where.rsplit(".", 1)[-1].split("[", 1)[0]
-    return leaf.kind == "absent" or (last.startswith("_") and ("hooks" in last or last in _MODULE_DICTS))
+    last = leaf.where.rsplit(".", 1)[-1]
+    name = last.split("[", 1)[0]
+    return leaf.kind == "absent" or (name.startswith("_") and (
+        "hooks" in name or (name in _MODULE_DICTS and "[" not in last)))
 
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
