@@ -408,24 +408,24 @@ class GuardedFunction:
                 return self._run_eagerly(record, why_eager, args, kwargs)
             try:
                 entry = self._trace(names, values)
+            except _StateWritten as w:
+                # NOTE: the call changed state it read (a counter, a cache it fills): a replay
+                # would not make the change, and the next call reads another state. This call's
+                # output is the traced run's own; no entry is kept, and a function that does so
+                # twice in a row runs eagerly from then on
+                self._traces.inc()
+                self._writes += 1
+                why = f"the call changes state it reads: {w.why}"
+                if self._writes >= 2:
+                    self._always_eager = why
+                self._log.append(f"{why}; no entry kept")
+                return w.output
             except EagerError:
                 raise  # NOTE: eager raises it too: the call's own error
             except GuardsolveError as e:
                 # NOTE: a data-dependent branch, an op the tracer does not know: eager serves it
                 return self._run_eagerly(record, f"cannot be traced: {type(e).__name__}: {_first_line(e)}", args, kwargs)
             self._traces.inc()
-            wrote = entry.state.changed() if entry.state is not None else None
-            if wrote is not None:
-                # NOTE: the call changed state it read (a counter, a cache it fills): a replay
-                # would not make the change, and the next call reads another state. This call's
-                # output is the traced run's own; no entry is kept, and a function that does so
-                # twice in a row runs eagerly from then on
-                self._writes += 1
-                why = f"the call changes state it reads: {wrote}"
-                if self._writes >= 2:
-                    self._always_eager = why
-                self._log.append(f"{why}; no entry kept")
-                return entry.trace.output
             self._writes = 0
             if entry.trace.opaque or entry.trace.unreplayable is not None:
                 # NOTE: its output holds traced values inside objects a replay cannot rebuild
@@ -558,6 +558,11 @@ class GuardedFunction:
         fn = self.fn if plain else self._partial(names, values, traced)
         with recording(self.fn) as rec:
             t = trace(fn, *[values[i] for i in traced], value_guards=self.value_guards)
+            wrote = StateCheck.of(rec, self.fn).changed()
+            if wrote is not None:
+                # NOTE: before exploring other sizes, which would run the program (and its
+                # writes) again
+                raise _StateWritten(t.output, wrote)
             static, gs = self._guards(t, names, values, traced)
         state = StateCheck.of(rec, self.fn)
         t.inputs = t.recorded = None  # NOTE: the entry keeps its trace, not the call's tensors (nor its recorder)
@@ -692,6 +697,14 @@ def bind_state(entry: Entry) -> None:
 
 def _summary(lines: list[str], most: int = 40) -> list[str]:
     return lines if len(lines) <= most else lines[:most] + [f"... and {len(lines) - most} more (Entry.state.lines())"]
+
+
+class _StateWritten(Exception):
+    """The traced call changed state it read: its output, and what changed."""
+
+    def __init__(self, output: Any, why: str) -> None:
+        super().__init__(why)
+        self.output, self.why = output, why
 
 
 _MISS = object()
