@@ -27,6 +27,7 @@ fails, so the loaded entry serves only where the state it was compiled for holds
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import types
 from typing import Any, Callable
@@ -72,16 +73,43 @@ def _root_of(obj: Any, roots: dict[int, tuple[Any, ...]]) -> tuple[Any, ...] | N
     return None
 
 
+def _code(f: types.FunctionType) -> str:
+    """A function's code, as the store fingerprints it (two lambdas of one module share a name)."""
+    from guardsolve.jit.store import _code_digest
+
+    h = hashlib.sha256()
+    _code_digest(f.__code__, h)
+    return h.hexdigest()[:24]
+
+
 def _saved_expect(leaf: Leaf) -> Any:
     match leaf.kind:
         case "value":
             return leaf.expect
         case "object":
             e = leaf.expect
-            if isinstance(e, (type, types.FunctionType, types.BuiltinFunctionType)):
+            if isinstance(e, types.FunctionType):
+                return ("function", e.__module__, e.__qualname__, _code(e))
+            if isinstance(e, (type, types.BuiltinFunctionType)):
                 return ("named", getattr(e, "__module__", None), getattr(e, "__qualname__", None))
+            if not isinstance(e, (dict, list, tuple)) and not _python_object(e):  # NOTE: containers: walked
+                raise NotPortable(f"it reads {leaf.where}, a {type(e).__name__} whose state another process "
+                                  "cannot compare (not a module, nor a plain Python object)")
             return ("instance", type(e).__module__, type(e).__qualname__)
     return None
+
+
+_HEAPTYPE = 1 << 9  # NOTE: Py_TPFLAGS_HEAPTYPE: a class defined in Python
+
+
+def _python_object(e: Any) -> bool:
+    """A module, or an object whose whole state is its `__dict__` (which the check walks): its
+    classes are all defined in Python, with no `__slots__`."""
+    if isinstance(e, torch.nn.Module):
+        return True
+    mro = [c for c in type(e).__mro__ if c is not object]
+    return bool(mro) and all(c.__flags__ & _HEAPTYPE and "__slots__" not in c.__dict__ for c in mro) and \
+        isinstance(getattr(e, "__dict__", None), dict)
 
 
 def state_spec(state: StateCheck, fn: Callable[..., Any]) -> dict[str, Any]:
@@ -99,6 +127,8 @@ def state_spec(state: StateCheck, fn: Callable[..., Any]) -> dict[str, Any]:
         else:
             derive.append((name, how))
     leaves = [(x.where, x.owner, x.key, x.kind, _saved_expect(x), x.meta) for x in state.leaves]
+    if state.notes:
+        raise NotPortable(f"its state check is not complete: {state.notes[0]}")
     return {"derive": derive, "leaves": leaves, "notes": list(state.notes)}
 
 
@@ -122,7 +152,10 @@ def _resolve_root(how: tuple[Any, ...], fn: Callable[..., Any]) -> Any:
 
 
 def _fits(saved: Any, cur: Any) -> bool:
-    kind, module, qualname = saved
+    kind, module, qualname = saved[:3]
+    if kind == "function":
+        return (isinstance(cur, types.FunctionType) and cur.__module__ == module and cur.__qualname__ == qualname
+                and _code(cur) == saved[3])
     if kind == "named":
         return getattr(cur, "__module__", None) == module and getattr(cur, "__qualname__", None) == qualname
     return type(cur).__module__ == module and type(cur).__qualname__ == qualname
