@@ -20,7 +20,7 @@ import torch
 
 import guardsolve
 from guardsolve.errors import DataDependentError
-from guardsolve.jit.store import Store, dumps, fingerprint, loads
+from guardsolve.jit.store import FORMAT, Store, dumps, fingerprint, loads
 from guardsolve.testing import boundary_variants, outcome, perturbed_inputs, random_program, same_outcome
 
 ROOT = pathlib.Path(__file__).parent.parent
@@ -158,7 +158,7 @@ def test_a_file_for_another_fingerprint_is_ignored(tmp_path: pathlib.Path) -> No
     store = Store(str(tmp_path), model)
     os.makedirs(store.folder)
     (pathlib.Path(store.folder) / "e-v.gse").write_bytes(dumps({"fingerprint": "0" * 24}))
-    (pathlib.Path(store.folder) / "half.gse").write_bytes(b"guardsolve-entry-1\n")
+    (pathlib.Path(store.folder) / "half.gse").write_bytes(FORMAT)
     assert store.load({}) == []
     assert sorted(store.skipped) == ["e-v.gse: ValueError: written for another fingerprint",
                                      "half.gse: ValueError: truncated (no checksum)"]
@@ -360,12 +360,12 @@ def test_an_artifact_that_differs_from_eager_where_it_was_compiled_is_never_used
     """`(a * b)[:, :2]` compiled at `b` of one column gave two (the slice's end unclamped) where
     eager gives one, and the variant's check accepted those sizes. Now each artifact is run at
     the inputs it was compiled at against the trace's eager replay; one that differs is never
-    trusted, and the call runs eagerly with the reason."""
+    trusted, and the call runs eagerly with the reason. (That artifact was itself served from
+    Inductor's FX graph cache; every compile now runs lowering, and the artifact is right. The
+    rejection path is tested in tests/test_inductor_soundness.py.)"""
     fn = lambda a, b: (a * b)[:, :2]  # noqa: E731
     fast = guardsolve.guarded(fn, backend="inductor", max_entries=64)
     with torch.no_grad():
         fast(torch.randn(4, 1), torch.randn(4, 1))
         a, b = torch.randn(1, 1), torch.randn(0, 1)
         assert fast(a, b).shape == fn(a, b).shape == (0, 1)
-    assert any("where eager's has [0, 1]" in (e.uncompiled or "") for e in fast.entries), \
-        [e.uncompiled for e in fast.entries]

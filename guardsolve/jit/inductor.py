@@ -13,7 +13,10 @@ guards and backend guards), irredundant under sizes >= 0. A guard that cannot be
 makes the variant exact to the example's sizes and strides: it is never trusted.
 
 The check runs before the artifact on every call; an artifact is never called where its
-check fails (a static artifact segfaults at size 0, a broken equality asserts).
+check fails (a static artifact segfaults at size 0, a broken equality asserts). Every compile
+runs Inductor's lowering (a cache key of its own: a cache hit would skip the guards lowering
+adds), and a new artifact is compared with the trace's eager replay, values included, at its
+compile point and at far points its check accepts; one that differs is never used.
 
 >>> import torch
 >>> from guardsolve.trace.tracer import trace
@@ -472,7 +475,7 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
         plain = plain_graph(gm)
         v = _variant(t, trace_gs, values, static, params, timeout_ms, se, fakes, dims, artifact, inputs,
                      consts, outs, compile_s, data, plain)
-        differs = _differs_at(t, v, values, params, _values_comparable(gm), timeout_ms)
+        differs = _differs_at(t, v, values, params, gm, timeout_ms)
         if differs is not None:
             # NOTE: never trusted: `(a * b)[:, :2]` compiled at `b` of 1 column gave 2 columns (the
             # slice's end not clamped to the size, in both re-traces) where eager gives 1; the
@@ -497,25 +500,26 @@ _TOLERANCE: dict[torch.dtype, tuple[float, float]] = {
 # uninitialized memory; a graph with one is compared in sizes and dtypes only
 _UNINITIALIZED = frozenset({"aten::empty", "aten::empty_like", "aten::new_empty", "aten::empty_strided",
                             "aten::new_empty_strided", "aten::empty_permuted"})
-_POINT_TIMEOUT_MS = 2000  # z3's limit for finding one far point
+_POINT_TIMEOUT_MS = 500  # z3's limit for one query of `_far_points`
 _GROWTH_BUDGET = 4  # a far point's inputs hold at most this many times the example's elements (or 4096)
+_Outcome = tuple[list[torch.Tensor], list[torch.Tensor]]  # tensor outputs, tensor inputs after the call
 
 
-def _values_comparable(gm: Any) -> bool:
-    """False when the re-traced graph draws random numbers or reads memory it never wrote."""
-    for n in gm.graph.nodes:
-        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
-            if torch.Tag.nondeterministic_seeded in n.target.tags or n.target._schema.name in _UNINITIALIZED:
-                return False
-    return True
+def _ops(gm: Any) -> list[Any]:
+    return [n.target for n in gm.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
 
 
-def _differs_at(t: Trace, v: Variant, values: Sequence[Any], params: Sequence[str], compare_values: bool,
+def _draws_random(gm: Any) -> bool:
+    return any(torch.Tag.nondeterministic_seeded in op.tags for op in _ops(gm))
+
+
+def _differs_at(t: Trace, v: Variant, values: Sequence[Any], params: Sequence[str], gm: Any,
                 timeout_ms: int) -> str | None:
     """Where and how the artifact differs from the trace's replay (eager's kernels): at the
     inputs it was compiled at, then at up to three points far from them that its check accepts
     (`_far_points`); outputs and, where the graph mutates, the inputs after the call. Sizes and
-    dtypes always; values too where `compare_values`, within `_TOLERANCE`. None when it agrees.
+    dtypes always; values too (within `_TOLERANCE`) unless the re-traced graph `gm` draws random
+    numbers or reads memory it never wrote. None when it agrees.
 
     NOTE: defense in depth. The check is meant to hold every assumption the artifact was built
     under; an assumption it misses (an FX graph cache hit once dropped a pooling guard) shows as
@@ -524,14 +528,15 @@ def _differs_at(t: Trace, v: Variant, values: Sequence[Any], params: Sequence[st
     from guardsolve.trace.replay import compile_replay
 
     replay = compile_replay(t.graph, t.out_spec, t.constants)
-    copy = not v.plain
+    copy, random = not v.plain, _draws_random(gm)
+    compare_values = not random and not any(op._schema.name in _UNINITIALIZED for op in _ops(gm))
     for where, args in _points(t, v, values, params, timeout_ms):
-        want = _outcome(replay, args, copy)
+        want = _outcome(replay, args, copy, random)
         if isinstance(want, BaseException):
             if args is values:
                 raise want  # NOTE: eager's own error at the call's inputs: the call raises it
             continue  # NOTE: random data eager rejects (an index out of range): no comparison here
-        got = _outcome(v.run, args, copy)
+        got = _outcome(v.run, args, copy, random)
         if isinstance(got, BaseException):
             return f"raises {type(got).__name__} ({_first_line(got)[:120]}) at {where}, where eager gives a value"
         why = _mismatch(want, got, compare_values)
@@ -540,15 +545,16 @@ def _differs_at(t: Trace, v: Variant, values: Sequence[Any], params: Sequence[st
     return None
 
 
-def _outcome(fn: Callable[..., Any], args: Sequence[Any], copy: bool
-             ) -> tuple[list[torch.Tensor], list[torch.Tensor]] | BaseException:
+def _outcome(fn: Callable[..., Any], args: Sequence[Any], copy: bool, random: bool) -> _Outcome | BaseException:
     """fn's tensor outputs at `args` and (with `copy`, on copies of the inputs) the tensor
-    inputs after the call; or what it raised. The caller's random stream is left as it was."""
+    inputs after the call; or what it raised. With `random`, the CPU generator's state is put
+    back after the call (the caller's random stream is eager's: only the call itself draws)."""
     from guardsolve.ir.flat import flatten as _flatten
 
     run_args = _copies(args) if copy else list(args)
+    rng = torch.random.fork_rng(devices=[]) if random else contextlib.nullcontext()
     try:
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        with torch.no_grad(), rng:
             out = fn(*run_args)
     except Exception as e:
         return e
@@ -575,8 +581,7 @@ def _copies(args: Sequence[Any]) -> list[Any]:
     return out
 
 
-def _mismatch(want: tuple[list[torch.Tensor], list[torch.Tensor]], got: tuple[list[torch.Tensor], list[torch.Tensor]],
-              compare_values: bool) -> str | None:
+def _mismatch(want: _Outcome, got: _Outcome, compare_values: bool) -> str | None:
     """The first output (then mutated input) whose sizes, dtype or values differ, described."""
     for what, ws, gs in (("output", want[0], got[0]), ("input after the call", want[1], got[1])):
         if len(ws) != len(gs):
@@ -705,7 +710,8 @@ def _names(source: str) -> set[str]:
     return {n.id for n in ast.walk(ast.parse(source, mode="eval")) if isinstance(n, ast.Name)}
 
 
-def _inputs_at(t: Trace, values: Sequence[Any], dims: Mapping[str, int], gen: torch.Generator) -> tuple[Any, ...] | None:
+def _inputs_at(t: Trace, values: Sequence[Any], dims: Mapping[str, int],
+               gen: torch.Generator) -> tuple[Any, ...] | None:
     """Random inputs at `dims`, each tensor like the example's (dtype, device, the order of its
     strides); ints as they were. None where a dtype has no random values here."""
     out: list[Any] = []
@@ -777,9 +783,10 @@ def _standalone(gm: Any, inputs: list[Any], oblivious: bool, threads: int | None
     # was served at 800 without the guard, with 400's pooling windows: 3 of 6 calls wrong. A key
     # no other compile has gives the same answer cold or warm, in any process. Disabling the
     # caches (`fx_graph_cache=False`) would do the same but loses `CompiledArtifact.save`, which
-    # saves what the caches record. Cost, small graphs with a warm cache directory: ~0.01 s a
-    # compile before, 0.6-0.9 s now (lowering and Python codegen; the C++ build stays cached by
-    # its source); see tests/test_inductor_soundness.py.
+    # saves what the caches record. Cost, warm cache directory, one thread: an MLP or `x.sin() + y`
+    # 0.01 s (a hit) -> 0.09-0.12 s; the encoder's variants 0.27 s -> 2.2-4.0 s (lowering's sympy
+    # work; C++ builds stay cached, keyed by their source). `cache_dir` keeps variants across
+    # processes without Inductor's cache.
     passes = (*get_custom_graph_passes(config.post_grad_custom_post_pass), _FreshKey())
     patch: dict[str, Any] = {"post_grad_custom_post_pass": passes}
     if cpp:
