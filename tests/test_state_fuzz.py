@@ -44,5 +44,4 @@ def test_fuzz_inductor_cold_then_warm_in_a_second_process(tmp_path: pathlib.Path
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     cache = str(tmp_path / "entries")
     _run(["--backend", "inductor", "--programs", "150", "--cache-dir", cache], env)
-    _run(["--backend", "inductor", "--programs", "150", "--cache-dir", cache, "--seed", "0"], env)
-    _run(["--backend", "inductor", "--programs", "150", "--cache-dir", cache, "--seed", "1", "--models"], env)
+    _run(["--backend", "inductor", "--programs", "150", "--cache-dir", cache, "--models"], env)
