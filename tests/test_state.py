@@ -204,6 +204,16 @@ def test_inductor_weight_swap_needs_no_compile_and_attributes_recompile() -> Non
         _same(g, m, x)
         assert g.cache_info().compiles == 3
 
+        global THRESH
+        gg = guardsolve.guarded(gate, backend="inductor")
+        _same(gg, gate, x)
+        THRESH = 0.1
+        try:
+            _same(gg, gate, x)
+        finally:
+            THRESH = 0.5
+        assert gg.cache_info().compiles == 2
+
 
 def test_globals_of_code_with_no_file_are_recorded() -> None:
     """`python -c`, a notebook cell, a doctest: code named `<...>` is the user's too."""

@@ -73,12 +73,22 @@ def _root_of(obj: Any, roots: dict[int, tuple[Any, ...]]) -> tuple[Any, ...] | N
     return None
 
 
+def code_digest(code: types.CodeType, h: Any) -> None:
+    """Feed a code object (and the code objects it holds) to the hash `h` (the store's fingerprints too)."""
+    h.update(code.co_code)
+    h.update(repr(code.co_names).encode())
+    h.update(repr(code.co_varnames).encode())
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            code_digest(c, h)
+        else:
+            h.update(repr(c).encode())
+
+
 def _code(f: types.FunctionType) -> str:
     """A function's code, as the store fingerprints it (two lambdas of one module share a name)."""
-    from guardsolve.jit.store import _code_digest
-
     h = hashlib.sha256()
-    _code_digest(f.__code__, h)
+    code_digest(f.__code__, h)
     return h.hexdigest()[:24]
 
 
@@ -216,4 +226,4 @@ class _Differs:
 
 _MISSING = _Differs()
 
-__all__ = ["NotPortable", "restore_state", "state_spec"]
+__all__ = ["NotPortable", "code_digest", "restore_state", "state_spec"]

@@ -41,6 +41,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from guardsolve.ir.graph import SharedParams
+from guardsolve.jit.portable import code_digest as _code_digest
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.trace.static import StaticGuard
 
@@ -50,17 +51,6 @@ _GUARDSET_FIELDS = ("constraints", "graph", "dims", "sizes", "signature", "impli
 
 
 # -- fingerprints -------------------------------------------------------------------------------
-
-
-def _code_digest(code: types.CodeType, h: Any) -> None:
-    h.update(code.co_code)
-    h.update(repr(code.co_names).encode())
-    h.update(repr(code.co_varnames).encode())
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            _code_digest(c, h)
-        else:
-            h.update(repr(c).encode())
 
 
 def _source_of(obj: Any) -> str | None:
