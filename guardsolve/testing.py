@@ -16,6 +16,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from typing import Any, Callable, Iterator
@@ -515,15 +516,22 @@ class Stateful(nn.Module):
 """
 
 
+@functools.lru_cache(maxsize=1)
 def _stateful_class() -> type:
-    """The programs' class, compiled as user code is (its own module name and globals), so that
-    what guardsolve records of it is what it records of a user's model."""
+    """The programs' class, compiled as user code is, in a module of its own
+    (`guardsolve_stateful_program`, registered in `sys.modules` as an imported module is, so
+    that a saved entry names its globals), made once per process."""
+    import sys
+    import types
+
     import torch
     import torch.nn as nn
 
-    ns: dict[str, Any] = {"__name__": "stateful_program", "torch": torch, "nn": nn, "SHARED": SHARED}
-    exec(compile(_STATEFUL, "<stateful program>", "exec"), ns)
-    return ns["Stateful"]
+    module = types.ModuleType("guardsolve_stateful_program")
+    module.__dict__.update(torch=torch, nn=nn, SHARED=SHARED)
+    exec(compile(_STATEFUL, "<stateful program>", "exec"), module.__dict__)
+    sys.modules[module.__name__] = module
+    return module.Stateful
 
 
 def random_stateful_program(rng: random.Random) -> tuple[str, Any, Callable[[], tuple[Any, ...]]]:
