@@ -186,8 +186,9 @@ class _Miss:
                  state: dict[str, Any]):
         self.entries, self.names, self.state = entries, names, state
         self.desc = tuple(_describe(v) for v in values)
-        # NOTE: what each entry's state check found at the miss (the state may change later)
-        self._stale = tuple(e.state.failure() if e.state is not None else None for e in entries)
+        # NOTE: whether each entry's state check failed at the miss (cheap: the fast check first);
+        # what failed is named when the reasons are read
+        self._stale = tuple(e.state is not None and not e.state() for e in entries)
         self.note: str | None = None
         self._text: tuple[str, ...] | None = None
 
@@ -200,12 +201,13 @@ class _Miss:
             self._text = tuple(out)
         return self._text
 
-    def _why(self, e: Entry, stale: str | None) -> str:
+    def _why(self, e: Entry, stale: bool) -> str:
         if e.names != self.names:
             return f"arguments ({', '.join(self.names)}) differ from the traced ({', '.join(e.names)})"
         why = e.guards.explain_failure(*self.desc, state=self.state)
-        if why == "all guards hold" and stale is not None:
-            return f"the state it read changed: {stale}"
+        if why == "all guards hold" and stale:
+            now = e.state.failure() if e.state is not None else None
+            return f"the state it read changed: {now or 'since changed back'}"
         return why
 
 
