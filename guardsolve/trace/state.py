@@ -165,6 +165,9 @@ class Recorder:
                     self.add(g, n, g[n], f"torch.nn.modules.module.{n}", direct=True)
         if name in d:
             self.add(d, name, value, where, direct=name in _HOOK_DICTS)
+            if name == "_modules" and isinstance(value, dict):
+                for k, sub in value.items():  # NOTE: iterated (a Sequential): named by path
+                    self.names.setdefault(id(sub), f"{base}.{k}")
             return
         for slot in ("_parameters", "_buffers", "_modules"):
             inner = d.get(slot)
