@@ -225,3 +225,22 @@ def test_globals_of_code_with_no_file_are_recorded() -> None:
     assert torch.equal(g(x), x * 2.0)
     ns["K"] = 3.0
     assert torch.equal(g(x), x * 3.0)
+
+
+def test_a_weight_that_starts_requiring_grad_in_place_is_seen() -> None:
+    """The same tensor object, its `requires_grad` flipped in place: its entry no longer holds."""
+    torch.manual_seed(0)
+    net = nn.Linear(4, 4).requires_grad_(False)
+    g = guardsolve.guarded(lambda x: torch.relu(net(x)))
+    x = torch.randn(3, 4)
+    assert g(x).grad_fn is None and g(x).grad_fn is None and g.cache_info().hits == 1
+    net.weight.requires_grad_(True)
+    assert not g.entries[0].state()
+    assert "(found a float32 tensor [4, 4], requires_grad=True)" in (g.entries[0].state.failure() or "")
+    out = g(x)
+    assert out.grad_fn is not None
+    out.sum().backward()
+    want = net.weight.grad.clone()
+    net.weight.grad = None
+    torch.relu(net(x)).sum().backward()
+    assert torch.allclose(want, net.weight.grad)

@@ -524,7 +524,8 @@ def _same(leaf: Leaf, cur: Any) -> bool:
         case "value":
             return cur is leaf.expect or (_is_static(cur) and value_key(cur) == leaf.meta)
         case "tensor":
-            return isinstance(cur, torch.Tensor) and (cur is leaf.expect or _tensor_meta(cur) == leaf.meta)
+            # NOTE: metadata even for the same object: `requires_grad_()`, `.data =` change it in place
+            return isinstance(cur, torch.Tensor) and _tensor_meta(cur) == leaf.meta
         case "object":
             return cur is leaf.expect
         case "length":
