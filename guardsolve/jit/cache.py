@@ -165,6 +165,10 @@ class _TensorDesc:
     def stride(self) -> tuple[int, ...]:
         return self._stride
 
+    def size(self, dim: int | None = None) -> Any:
+        """As `Tensor.size`: a layout guard reads `x.size()[2]` (Inductor's stride guards)."""
+        return torch.Size(self.shape) if dim is None else self.shape[dim]
+
     def storage_offset(self) -> int:
         return self._offset
 

@@ -254,7 +254,11 @@ class Store:
                     p = loads(f.read())
                 if p.get("fingerprint") != os.path.basename(self.folder):
                     raise ValueError("written for another fingerprint")
-                e = entries.get(p["entry"])
+                # NOTE: one trace's variants group by the state they were compiled under too: two
+                # entries of the same trace (made with a weight requiring grad, and not) are two
+                # entries, each with its own state check and variants
+                group = f"{p['entry']}-{hashlib.sha256(pickle.dumps(p['state'])).hexdigest()[:12]}"
+                e = entries.get(group)
                 state = e.state if e is not None else restore_state(p["state"], self.fn)
                 leaves = tuple(c[1] if c[0] == "leaf" else None for c in p["consts"])
                 gs = _rebind(p["guards"], namespace)
@@ -270,7 +274,7 @@ class Store:
                         loaded=True, plain=bool(p.get("plain")))
             self.load_seconds.append(time.perf_counter() - start)
             if e is None:
-                e = entries[p["entry"]] = Loaded(p["entry"], tuple(p["names"]), p["traced"], state=state,
+                e = entries[group] = Loaded(p["entry"], tuple(p["names"]), p["traced"], state=state,
                                                  const_leaves=leaves)
             e.variants.append(v)
         return list(entries.values())
