@@ -564,13 +564,13 @@ class GuardedFunction:
         fn = self.fn if plain else self._partial(names, values, traced)
         with recording(self.fn) as rec:
             t = trace(fn, *[values[i] for i in traced], value_guards=self.value_guards)
-            wrote = StateCheck.of(rec, self.fn).changed()
+            wrote = StateCheck.of(rec).failure()  # NOTE: what the call itself changed
             if wrote is not None:
                 # NOTE: before exploring other sizes, which would run the program (and its
                 # writes) again
                 raise _StateWritten(t.output, wrote)
             static, gs = self._guards(t, names, values, traced)
-        state = StateCheck.of(rec, self.fn)
+        state = StateCheck.of(rec)
         t.inputs = t.recorded = None  # NOTE: the entry keeps its trace, not the call's tensors (nor its recorder)
         run = compile_replay(t.graph, t.out_spec, t.constants) if self.backend == "replay" else _no_replay
         assert gs._check is not None

@@ -16,7 +16,7 @@ fails, so the loaded entry serves only where the state it was compiled for holds
 >>> m = torch.nn.Linear(2, 2)
 >>> with recording(m) as rec:
 ...     _ = m(torch.ones(1, 2))
->>> spec = state_spec(StateCheck.of(rec, m), m)
+>>> spec = state_spec(StateCheck.of(rec), m)
 >>> check = restore_state(spec, m)
 >>> check(), len(check) == len(spec["leaves"])
 (True, True)

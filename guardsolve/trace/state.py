@@ -25,7 +25,7 @@ bound when the check is made, and an expected value:
 >>> m = Scaled()
 >>> with recording(m) as rec:
 ...     _ = m(torch.ones(1, 2))
->>> check = StateCheck.of(rec, m)
+>>> check = StateCheck.of(rec)
 >>> print("\\n".join(check.lines()))
 self.fc is <Linear>
 self.fc.weight: a float32 tensor [2, 2], requires_grad=True (the entry reads it at each call)
@@ -440,7 +440,7 @@ class StateCheck:
         return ns["fast"]
 
     @classmethod
-    def of(cls, rec: Recorder, fn: Any = None) -> "StateCheck":
+    def of(cls, rec: Recorder) -> "StateCheck":
         b = _Builder()
         for r in rec.reads.values():
             name = b.bind(r.owner, ("root",))
@@ -491,10 +491,6 @@ class StateCheck:
             if not _same(leaf, cur):
                 return f"{leaf.line()} failed (found {_show(leaf, cur)})"
         return None
-
-    def changed(self) -> str | None:
-        """`failure()`, named as a change the traced call itself made."""
-        return self.failure()
 
     def lines(self) -> list[str]:
         """One line a leaf, the program's own state first; the module machinery every call of a
