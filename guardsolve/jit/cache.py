@@ -62,7 +62,7 @@ from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
 from guardsolve.trace.replay import compile_replay
 from guardsolve.trace.state import StateCheck, reachable_grad, recording
-from guardsolve.trace.static import StaticGuard, is_static_value, state_guards, value_guard
+from guardsolve.trace.static import StaticGuard, autocast_state, is_static_value, state_guards, value_guard
 from guardsolve.trace.tracer import Trace, is_traced, trace, tracing
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -366,8 +366,9 @@ class GuardedFunction:
     # -- misses ----------------------------------------------------------------------------
 
     def _state(self) -> dict[str, Any]:
-        grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
-        state: dict[str, Any] = {"_is_grad_enabled": lambda: grad, "_get_default_dtype": lambda: dtype}
+        grad, dtype, cast = torch.is_grad_enabled(), torch.get_default_dtype(), autocast_state()
+        state: dict[str, Any] = {"_is_grad_enabled": lambda: grad, "_get_default_dtype": lambda: dtype,
+                                 "_autocast": lambda: cast}
         if self._modules is not None:
             flags = [m.training for m in self._modules]
             state["_training"] = lambda: flags

@@ -136,19 +136,53 @@ def value_guard(name: str, v: Any) -> StaticGuard:
     return StaticGuard(f"{name} == {v!r}", f"_value_key({name}) == {n_k}", name, v_k)
 
 
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def autocast_state() -> tuple[tuple[str, torch.dtype], ...]:
+    """The device types `torch.autocast` is on for in this thread, each with its dtype; `()`
+    where it is off (the usual call, and a falsy one: the check tests it with `not`).
+
+    >>> autocast_state()
+    ()
+    >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     autocast_state()
+    (('cpu', torch.bfloat16),)
+    """
+    return tuple((d, torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES if torch.is_autocast_enabled(d))
+
+
 def state_guards() -> list[StaticGuard]:
-    """Thread-local and global torch state that changes what the same code computes."""
+    """Thread-local and global torch state that changes what the same code computes: grad mode,
+    the default dtype, and autocast (a trace under `torch.autocast` records its casts; one
+    without records none, and its compiled kernels would not cast).
+
+    >>> for g in state_guards():
+    ...     print(g)
+    torch.is_grad_enabled() is True
+    torch.get_default_dtype() == torch.float32
+    torch.autocast is off
+    """
     grad = torch.is_grad_enabled()
     n_dd, v_dd = _bound("default_dtype", torch.get_default_dtype())
+    cast = autocast_state()
+    if cast:
+        n_ac, v_ac = _bound("autocast", cast)
+        on = ", ".join(f"torch.autocast({d!r}, dtype={dt})" for d, dt in cast)
+        autocast = StaticGuard(f"{on} is on, and no other", f"_autocast() == {n_ac}", "_autocast()", v_ac)
+    else:
+        autocast = StaticGuard("torch.autocast is off", "not _autocast()", "_autocast()")
     return [
         StaticGuard(f"torch.is_grad_enabled() is {grad}", f"_is_grad_enabled() is {grad}",
                     "_is_grad_enabled()"),
         StaticGuard(f"torch.get_default_dtype() == {torch.get_default_dtype()}",
                     f"_get_default_dtype() is {n_dd}", "_get_default_dtype()", v_dd),
+        autocast,
     ]
 
 
 NAMESPACE: dict[str, Any] = {"_is_grad_enabled": torch.is_grad_enabled,
-                             "_get_default_dtype": torch.get_default_dtype, "_value_key": value_key,
+                             "_get_default_dtype": torch.get_default_dtype, "_autocast": autocast_state,
+                             "_value_key": value_key,
                              "_contiguous_strides": contiguous_strides,
                              "torch": torch}
