@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import contextlib
 import itertools
 import textwrap
 import threading
@@ -51,18 +52,19 @@ import time
 import warnings
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
 from guardsolve.errors import EagerError, GuardFailure, GuardsolveError
 from guardsolve.jit.counter import Counter as _Counter
+from guardsolve.jit.progress import describe, step
 from guardsolve.ir.ops import Op
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
 from guardsolve.trace.replay import compile_replay
 from guardsolve.trace.state import StateCheck, reachable_grad, recording
-from guardsolve.trace.static import StaticGuard, autocast_state, is_static_value, state_guards, value_guard
+from guardsolve.trace.static import StaticGuard, autocast_state, is_static_value, state_guards, value_guard, value_key
 from guardsolve.trace.tracer import Trace, is_traced, trace, tracing
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -137,6 +139,48 @@ class CacheInfo:
     eager_reasons: tuple[tuple[str, int], ...] = ()  # why calls ran eagerly, with counts
     loaded: int = 0  # variants loaded from `cache_dir`
     load_seconds: float = 0.0  # spent loading them (reading, checking, Inductor's load)
+    pending: int = 0  # calls that ran eagerly while another thread traced, queued for the background
+
+
+@dataclass(frozen=True)
+class Served:
+    """How one call was served (`GuardedFunction.last_call`): `how` is "compiled" (an Inductor
+    variant ran), "replayed" (the trace's replay ran), "traced" (a miss: the call's own traced
+    run gave the output, and the entry was made) or "eager" (fn ran eagerly); `entry` and
+    `variant` index `entries` and its `variants` where one served; `why` says it in words.
+
+    >>> print(Served("eager", None, None, "another thread is tracing this function"))
+    eager: another thread is tracing this function
+    """
+
+    how: str
+    entry: int | None
+    variant: int | None
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.how}: {self.why}"
+
+
+@dataclass(frozen=True)
+class Example:
+    """A tensor argument of `GuardedFunction.warm_up` given by its shape: filled with zeros for
+    an integer or bool dtype (valid indices), else with normal values from a fixed seed.
+
+    >>> Example((2, 3)).make().shape, Example((4,), torch.int64).make().tolist()
+    (torch.Size([2, 3]), [0, 0, 0, 0])
+    """
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype | None = None
+    device: str = "cpu"
+
+    def make(self) -> torch.Tensor:
+        dtype = self.dtype or torch.get_default_dtype()
+        if dtype.is_floating_point or dtype.is_complex:
+            g = torch.Generator(device=self.device).manual_seed(0)
+            return torch.randn(tuple(self.shape), dtype=dtype, device=self.device, generator=g)
+        return torch.zeros(tuple(self.shape), dtype=dtype, device=self.device)
 
 
 class _TensorDesc:
@@ -184,11 +228,12 @@ class _Miss:
     """One miss: the entries it was checked against and a description of its inputs; the
     reasons are built on first read."""
 
-    __slots__ = ("entries", "names", "desc", "state", "note", "_text", "_stale")
+    __slots__ = ("entries", "names", "desc", "state", "note", "variants", "_text", "_stale")
 
     def __init__(self, entries: tuple[Entry, ...], names: tuple[str, ...], values: Sequence[Any],
                  state: dict[str, Any]):
         self.entries, self.names, self.state = entries, names, state
+        self.variants = tuple(e.variants for e in entries)  # NOTE: as they were: a miss may add one
         self.desc = tuple(_describe(v) for v in values)
         # NOTE: whether each entry's state check failed at the miss (cheap: the fast check first);
         # what failed is named when the reasons are read
@@ -198,20 +243,32 @@ class _Miss:
 
     def reasons(self) -> tuple[str, ...]:
         if self._text is None:
-            out = [f"entry {i}: {self._why(e, stale)}" for i, (e, stale) in enumerate(zip(self.entries, self._stale))] \
+            out = [f"entry {i}: {self._why(e, stale, vs)}"
+                   for i, (e, stale, vs) in enumerate(zip(self.entries, self._stale, self.variants))] \
                 or ["no entries yet"]
             if self.note:
                 out.append(self.note)
             self._text = tuple(out)
         return self._text
 
-    def _why(self, e: Entry, stale: bool) -> str:
+    def _why(self, e: Entry, stale: bool, variants: tuple[Any, ...]) -> str:
         if e.names != self.names:
             return f"arguments ({', '.join(self.names)}) differ from the traced ({', '.join(e.names)})"
+        if e.trace is None and len(variants) > 1:  # NOTE: loaded: its guards are variant 0's
+            return "no loaded variant's check holds: " + "; ".join(
+                f"variant {j}: {v.guards.explain_failure(*self.desc, state=self.state)}" for j, v in enumerate(variants))
         why = e.guards.explain_failure(*self.desc, state=self.state)
         if why == "all guards hold" and stale:
             now = e.state.failure() if e.state is not None else None
             return f"the state it read changed: {now or 'since changed back'}"
+        if why == "all guards hold" and variants and e.autograd is None:
+            # NOTE: the trace fits; what the backend assumed does not (a stride, a 0/1 size)
+            fails = [f"variant {j}: {v.guards.explain_failure(*self.desc, state=self.state)}"
+                     for j, v in enumerate(variants)]
+            lead = "its trace's guards hold; " if e.trace is not None else ""
+            return f"{lead}no compiled variant's check holds: " + "; ".join(fails)
+        if why == "all guards hold":
+            return "all guards hold (it was published or changed after this call looked)"
         return why
 
 
@@ -248,6 +305,9 @@ class GuardedFunction:
         self._modules = list(fn.modules()) if isinstance(fn, torch.nn.Module) else None
         self._lock = threading.RLock()  # NOTE: held while tracing; reentrant for recursion
         self._lock_eager = threading.Lock()  # NOTE: only for counting eager calls' reasons
+        self._tls = threading.local()  # NOTE: `last`: how this thread's last call was served (`last_call`)
+        self._lock_pending = threading.Lock()  # NOTE: guards `_pending` and `_worker`
+        self._worker: threading.Thread | None = None
         self._clock = itertools.count(1)
         self._store: Any = None
         self._reset()
@@ -267,6 +327,9 @@ class GuardedFunction:
         self._always_eager: str | None = None
         self._loaded = False
         self._loaded_variants = 0
+        # NOTE: calls that ran eagerly while another thread traced: their inputs (copied) and the
+        # thread-local modes they ran in, keyed by what the guards read; traced in the background
+        self._pending: dict[Any, tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...]]] = {}
 
     @property
     def entries(self) -> tuple[Entry, ...]:
@@ -296,6 +359,7 @@ class GuardedFunction:
                 return _MISS
             self._eager.inc()
             self._count_eager(e.autograd)
+            self._tls.last = (_K_EAGER, e, None, e.autograd)
             return _EAGER
         if self.backend == "inductor":
             for v in e.variants:
@@ -307,19 +371,24 @@ class GuardedFunction:
                     except Exception as err:
                         # NOTE: a kernel's own error (an index out of range in data): eager gives
                         # the call's own error, or its value
+                        why = f"the compiled kernels raised {type(err).__name__}: {_first_line(err)[:200]}"
                         self._eager.inc()
-                        self._count_eager(f"the compiled kernels raised {type(err).__name__}: {_first_line(err)[:200]}")
+                        self._count_eager(why)
+                        self._tls.last = (_K_EAGER, e, v, why)
                         return _EAGER
                     v._hits.inc()
                     e._hits.inc()
                     self._hits.inc()
                     e.last_used = next(self._clock)
+                    self._tls.last = (_K_HIT, e, v, None)
                     return out
             if e.uncompiled is None or not e.check(*values) or (state is not None and not state()):
                 return _MISS
             # NOTE: the trace fits, Inductor cannot serve it: eager, with the reason counted
+            why = f"Inductor cannot compile this trace: {e.uncompiled}"
             self._eager.inc()
-            self._count_eager(f"Inductor cannot compile this trace: {e.uncompiled}")
+            self._count_eager(why)
+            self._tls.last = (_K_EAGER, e, None, why)
             return _EAGER
         if not e.check(*values) or (state is not None and not state()):
             return _MISS
@@ -331,6 +400,7 @@ class GuardedFunction:
         e._hits.inc()
         self._hits.inc()
         e.last_used = next(self._clock)
+        self._tls.last = (_K_HIT, e, None, None)
         return out
 
     def _count_eager(self, why: str) -> None:
@@ -398,6 +468,7 @@ class GuardedFunction:
                     variant = self._compile(fits, values)
                     if variant is not None:
                         record.note = f"compiled variant {len(fits.variants)} of entry {self._entries.index(fits)}"
+                        self._tls.last = (_K_VARIANT, fits, variant, record)
                         fits.variants = fits.variants + (variant,)
                         self._save(fits, variant)
                         return variant.run(*(values if fits.traced is None else [values[i] for i in fits.traced]))
@@ -405,6 +476,7 @@ class GuardedFunction:
             if why_eager is None and (not locked or len(self._entries) >= self.max_entries and not self.evict):
                 if not locked:
                     why_eager = "another thread is tracing this function"
+                    self._queue(args, kwargs, names, values)
                 else:
                     why_eager = f"the cache is full ({self.max_entries} entries)"
                     if not self._warned:
@@ -426,6 +498,7 @@ class GuardedFunction:
                 if self._writes >= 2:
                     self._always_eager = why
                 self._log.append(f"{why}; no entry kept")
+                self._tls.last = (_K_TRACED, None, None, f"{why}; no entry kept")
                 return w.output
             except EagerError:
                 raise  # NOTE: eager raises it too: the call's own error
@@ -438,8 +511,10 @@ class GuardedFunction:
                 # NOTE: its output holds traced values inside objects a replay cannot rebuild
                 # (a model's cache object), or its random ops drew from a state set outside the
                 # trace (a reseed): the call is served by the trace's own run, no entry is kept
-                self._log.append(f"{entry.trace.unreplayable}; no entry kept" if entry.trace.unreplayable else
-                                 "the trace's output holds objects a replay cannot rebuild; no entry kept")
+                why = (f"{entry.trace.unreplayable}; no entry kept" if entry.trace.unreplayable else
+                       "the trace's output holds objects a replay cannot rebuild; no entry kept")
+                self._log.append(why)
+                self._tls.last = (_K_TRACED, None, None, why)
                 return entry.trace.output
             grads = entry.state.requires_grad() if entry.state is not None and torch.is_grad_enabled() else []
             if grads:
@@ -463,6 +538,7 @@ class GuardedFunction:
             out, entry.trace.output = entry.trace.output, None  # NOTE: the entry keeps no output alive
             if entry.autograd is not None:
                 return self._run_eagerly(record, entry.autograd, args, kwargs)
+            self._tls.last = (_K_TRACED, entry, entry.variants[0] if entry.variants else None, record)
             return out
         finally:
             if locked:
@@ -472,6 +548,7 @@ class GuardedFunction:
         record.note = f"ran eagerly: {why}"
         self._eager.inc()
         self._count_eager(why)
+        self._tls.last = (_K_EAGER, None, None, why)
         return self.fn(*args, **kwargs)
 
     def _compile(self, entry: Entry, values: tuple[Any, ...]) -> Any:
@@ -482,9 +559,12 @@ class GuardedFunction:
 
         traced = values if entry.traced is None else tuple(values[i] for i in entry.traced)
         start = time.perf_counter()
+        which = (f"variant {len(entry.variants)} of entry {self._entries.index(entry)}" if entry in self._entries
+                 else "a new entry")
         try:
-            v = compile_variant(entry.trace, entry.guards, traced, entry.static, entry.names, self.timeout_ms,
-                                save=self.cache_dir is not None)
+            with step(f"{self._name()}: compiling {which} with Inductor at {describe(entry.names, values)}"):
+                v = compile_variant(entry.trace, entry.guards, traced, entry.static, entry.names, self.timeout_ms,
+                                    save=self.cache_dir is not None)
         except (CompileFailure, SolverError) as e:
             entry.uncompiled = str(e)
             return None
@@ -563,7 +643,7 @@ class GuardedFunction:
                        if isinstance(v, torch.Tensor) or (isinstance(v, int) and not isinstance(v, bool)))
         plain = len(traced) == len(values) and names == self._leading[min(len(names), len(self._leading) - 1)]
         fn = self.fn if plain else self._partial(names, values, traced)
-        with recording(self.fn) as rec:
+        with step(f"{self._name()}: tracing at {describe(names, values)}"), recording(self.fn) as rec:
             t = trace(fn, *[values[i] for i in traced], value_guards=self.value_guards)
             wrote = StateCheck.of(rec).failure()  # NOTE: what the call itself changed
             if wrote is not None:
@@ -641,6 +721,141 @@ class GuardedFunction:
         return StaticGuard(text, "_training() == _s_training", "_training()",
                            (("_training", lambda: [m.training for m in mods]), ("_s_training", flags)))
 
+    # -- serving: warm-up, the background, the last call -------------------------------------
+
+    @property
+    def last_call(self) -> Served | None:
+        """How this thread's last call was served (None before its first call); cheap: a hit
+        stores a reference, the words are made when read.
+
+        >>> import torch
+        >>> f = guarded(lambda x: x * 2)
+        >>> _ = f(torch.ones(3)); print(f.last_call.how)
+        traced
+        >>> _ = f(torch.ones(5)); print(f.last_call)
+        replayed: entry 0's guards hold
+        """
+        last = getattr(self._tls, "last", None)
+        if last is None:
+            return None
+        kind, e, v, extra = last
+        entries = self._entries
+        i = entries.index(e) if e is not None and e in entries else None
+        j = e.variants.index(v) if v is not None and e is not None and v in e.variants else None
+        name = f"entry {i}" if i is not None else "an evicted entry"
+        if kind is _K_HIT:
+            return (Served("compiled", i, j, f"{name}, variant {j}: its check holds") if v is not None
+                    else Served("replayed", i, None, f"{name}'s guards hold"))
+        if kind is _K_EAGER:
+            return Served("eager", i, j, extra)
+        first = "; ".join(extra.reasons()[:2]) if isinstance(extra, _Miss) else str(extra)
+        if kind is _K_VARIANT:
+            return Served("compiled", i, j, f"compiled {name}'s variant {j} now: {first}")
+        made = f"made {name}" + (f" and compiled its variant {j}" if j is not None else "") if e is not None else "no entry"
+        return Served("traced", i, j, f"{made}; missed because: {first}" if isinstance(extra, _Miss) else first)
+
+    def warm_up(self, *calls: Any) -> tuple[Served, ...]:
+        """Serve each example call now, so that the entries (and, with Inductor, the compiled
+        variants) a server needs exist before its traffic, and are saved where `cache_dir` is
+        set. A call is a tuple of positional arguments, a dict of keyword arguments, or one
+        tensor; any argument may be an `Example` (a shape and dtype). Run it in the modes the
+        calls will come in (`torch.no_grad()`, `torch.autocast`): they are part of every check.
+        Returns how each was served; outputs are dropped.
+
+        >>> import torch
+        >>> f = guarded(lambda x, y: x @ y)
+        >>> for s in f.warm_up((Example((2, 3)), Example((3, 4))), (Example((8, 3)), Example((3, 1)))):
+        ...     print(s.how, s.entry)
+        traced 0
+        replayed 0
+        """
+        out = []
+        for call in calls:
+            args, kwargs = _example_call(call)
+            with self._lock:  # NOTE: waits for a trace of another thread: never eager for that
+                self(*args, **kwargs)
+            last = self.last_call
+            assert last is not None
+            out.append(last)
+        return tuple(out)
+
+    def wait_background(self, timeout: float | None = None) -> bool:
+        """Wait until the calls queued while another thread traced are traced (and compiled);
+        True when none is left."""
+        with self._lock_pending:
+            worker = self._worker
+        if worker is not None:
+            worker.join(timeout)
+        with self._lock_pending:
+            return not self._pending and self._worker is None
+
+    def _queue(self, args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...],
+               values: tuple[Any, ...]) -> None:
+        """Keep a copy of a call that ran eagerly while another thread traced, and have the
+        background trace it once the lock is free (at most `_MAX_PENDING` at a time, one per
+        signature: the guards read only shapes, strides, dtypes, flags and pinned values)."""
+        key_parts: list[Any] = [names]
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                key_parts.append((tuple(v.shape), v.stride(), v.dtype, v.device, v.requires_grad))
+            elif is_static_value(v):
+                key_parts.append(value_key(v))
+            else:
+                return
+        modes = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), autocast_state())
+        key = (tuple(key_parts), modes)
+        with self._lock_pending:
+            if key in self._pending or len(self._pending) >= _MAX_PENDING:
+                return
+        copy = _copied(args), {k: _copied(v) for k, v in kwargs.items()}
+        if copy[0] is None or None in copy[1].values():
+            return  # NOTE: a copy would not have the same strides: left to the next call
+        with self._lock_pending:
+            if key in self._pending or len(self._pending) >= _MAX_PENDING:
+                return
+            self._pending[key] = (copy[0], copy[1], modes)  # type: ignore[assignment]
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._work, name=f"guardsolve:{self._name()}", daemon=True)
+                self._worker.start()
+
+    def _work(self) -> None:
+        """The background: trace each queued call that no entry serves yet, one at a time,
+        holding the tracing lock (hits go on; other misses run eagerly and queue)."""
+        while True:
+            with self._lock_pending:
+                if not self._pending:
+                    self._worker = None
+                    return
+                key = next(iter(self._pending))
+                args, kwargs, modes = self._pending[key]
+            try:
+                with self._lock, _modes(*modes):
+                    names, values = self._bind(args, kwargs)
+                    full = len(self._entries) >= self.max_entries and not self.evict
+                    if not (full or self._always_eager or any(self._serves(e, names, values) for e in self._entries)):
+                        self._miss(args, kwargs, names, values, ())
+                        self._log.append(f"background: traced a call that ran eagerly while another thread "
+                                         f"traced ({describe(names, values)}): {self.last_call}")
+            except BaseException as e:  # NOTE: fn's own error, eager's: logged, nothing published
+                self._log.append(f"background: {type(e).__name__}: {_first_line(e)}")
+            finally:
+                with self._lock_pending:
+                    self._pending.pop(key, None)
+
+    def _serves(self, e: Entry, names: tuple[str, ...], values: tuple[Any, ...]) -> bool:
+        """Whether `e` serves these inputs (compiled, replayed or eagerly for a reason it knows),
+        without running it."""
+        if e.names != names:
+            return False
+        if self.backend == "inductor" and e.autograd is None and e.uncompiled is None:
+            ok = any(v.check(*values) for v in e.variants)
+        else:
+            ok = bool(e.check(*values))
+        return ok and (e.state is None or e.state())
+
+    def _name(self) -> str:
+        return getattr(self.fn, "__name__", None) or type(self.fn).__name__
+
     # -- bookkeeping -----------------------------------------------------------------------
 
     def __repr__(self) -> str:
@@ -659,7 +874,8 @@ class GuardedFunction:
                          self._evictions.value, reasons, self._traces.value, self._compiles.value,
                          round(sum(self._compile_s), 3), tuple(len(e.variants) for e in entries), eager,
                          self._loaded_variants,
-                         round(sum(self._store.load_seconds), 3) if self._store is not None else 0.0)
+                         round(sum(self._store.load_seconds), 3) if self._store is not None else 0.0,
+                         len(self._pending))
 
     def cache_clear(self) -> None:
         with self._lock:
@@ -715,6 +931,48 @@ class _StateWritten(Exception):
 
 
 _MISS = object()
+# NOTE: how a call was served, as `_tls.last` records it (`last_call` words it)
+_K_HIT, _K_EAGER, _K_TRACED, _K_VARIANT = "hit", "eager", "traced", "variant"
+_MAX_PENDING = 8
+
+
+def _copied(v: Any) -> Any:
+    """A copy of a call's argument for the background (tensors cloned with their strides,
+    detached with their requires_grad; containers copied), or None where a tensor's copy would
+    not have its strides."""
+    if isinstance(v, torch.Tensor):
+        if v.storage_offset() != 0:
+            return None  # NOTE: a view's offset is not kept by clone; the guards may read it
+        c = v.detach().clone()
+        if c.stride() != v.stride():
+            return None
+        return c.requires_grad_(v.requires_grad) if v.requires_grad else c
+    if isinstance(v, (tuple, list)):
+        items = [_copied(x) for x in v]
+        return None if any(x is None and y is not None for x, y in zip(items, v)) else type(v)(items)
+    return v
+
+
+@contextlib.contextmanager
+def _modes(grad: bool, inference: bool, cast: tuple[tuple[str, torch.dtype], ...]) -> Iterator[None]:
+    """The thread-local modes a queued call ran in, in the background's thread."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.inference_mode() if inference else torch.set_grad_enabled(grad))
+        for device, dtype in cast:
+            stack.enter_context(torch.autocast(device, dtype=dtype))
+        yield
+
+
+def _example_call(call: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """`warm_up`'s call as (args, kwargs), each `Example` made into a tensor."""
+    def made(v: Any) -> Any:
+        return v.make() if isinstance(v, Example) else v
+
+    if isinstance(call, dict):
+        return (), {k: made(v) for k, v in call.items()}
+    if isinstance(call, (tuple, list)):
+        return tuple(made(v) for v in call), {}
+    return (made(call),), {}
 _EAGER = object()  # NOTE: `_try`'s answer where the entry's trace fits but Inductor cannot serve it
 BACKENDS = ("replay", "inductor")
 

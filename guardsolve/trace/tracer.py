@@ -315,6 +315,18 @@ class _Expecting(Graph):
 
 def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards: bool,
            expect: list[Any] | None = None) -> Trace:
+    # NOTE: autocast keeps a cast copy of each weight for the rest of its region: a traced copy
+    # must not outlive the trace (eager code after it in the same region would read it)
+    cached = torch.is_autocast_cache_enabled()
+    torch.set_autocast_cache_enabled(False)
+    try:
+        return _record(fn, example_inputs, value_guards, expect)
+    finally:
+        torch.set_autocast_cache_enabled(cached)
+
+
+def _record(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards: bool,
+            expect: list[Any] | None) -> Trace:
     names = parameter_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(example_inputs))
     kinds: list[tuple[str, str, int]] = []
     for name, value in zip(names, example_inputs):
