@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "Certificate": "guardsolve.solve.guardset", "GuardSet": "guardsolve.solve.guardset",
     "simplify": "guardsolve.solve.simplify",
     "CacheInfo": "guardsolve.jit.cache", "GuardedFunction": "guardsolve.jit.cache", "guarded": "guardsolve.jit.cache",
+    "Example": "guardsolve.jit.cache", "Served": "guardsolve.jit.cache",
     "CompileReport": "guardsolve.pytorch.compile", "explain_compile": "guardsolve.pytorch.compile",
     "RecompileLog": "guardsolve.pytorch.recompiles", "watch_recompiles": "guardsolve.pytorch.recompiles",
     "export_spec": "guardsolve.pytorch.dynamic", "judge_dynamic": "guardsolve.pytorch.dynamic",
@@ -67,7 +68,7 @@ sys.modules[__name__].__class__ = _Package
 
 
 if TYPE_CHECKING:
-    from guardsolve.jit.cache import CacheInfo, GuardedFunction, guarded
+    from guardsolve.jit.cache import CacheInfo, Example, GuardedFunction, Served, guarded
     from guardsolve.errors import (
         DataDependentError, GraphError, GuardFailure, GuardsolveError, ParseError, SolverError, TraceError,
         UnsatisfiableGuardsError, UnsupportedOpError, VerificationError,

@@ -5,6 +5,10 @@ be eager's at that moment, with both backends where a compile is cheap enough.""
 
 from __future__ import annotations
 
+import os
+import pathlib
+import types
+
 import torch
 import torch.nn as nn
 import pytest
@@ -244,3 +248,25 @@ def test_a_weight_that_starts_requiring_grad_in_place_is_seen() -> None:
     net.weight.grad = None
     torch.relu(net(x)).sum().backward()
     assert torch.allclose(want, net.weight.grad)
+
+
+def test_a_c_object_read_by_the_function_is_not_saved_and_said_once(tmp_path: pathlib.Path) -> None:
+    """functools.partial is a C type made at run time (a heap type): its bound arguments are not
+    in its `__dict__`, so a loaded entry could not compare them. A second process with
+    `partial(torch.mul, other=3)` was served the entry compiled with `other=2`."""
+    import functools
+    import warnings
+
+    from guardsolve.jit.portable import _python_object
+
+    scale = functools.partial(torch.mul, other=2)
+    assert not _python_object(scale) and _python_object(types.SimpleNamespace()) is False
+    f = lambda x: scale(x) + 1  # noqa: E731
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        g = guardsolve.guarded(f, backend="inductor", cache_dir=str(tmp_path))
+        g(torch.randn(4, 3))
+        g(torch.randn(5))
+    said = [str(w.message) for w in caught if "cache_dir" in str(w.message)]
+    assert len(said) == 1 and "partial" in said[0], said
+    assert not [p for _, _, files in os.walk(str(tmp_path)) for p in files if p.endswith(".gse")]

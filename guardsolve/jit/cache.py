@@ -64,7 +64,7 @@ from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
 from guardsolve.trace.replay import compile_replay
 from guardsolve.trace.state import StateCheck, reachable_grad, recording
-from guardsolve.trace.static import StaticGuard, autocast_state, is_static_value, state_guards, value_guard, value_key
+from guardsolve.trace.static import StaticGuard, autocast_guard, autocast_state, is_static_value, state_guards, value_guard, value_key
 from guardsolve.trace.tracer import Trace, is_traced, trace, tracing
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -664,7 +664,7 @@ class GuardedFunction:
                 traced: tuple[int, ...]) -> tuple[list[StaticGuard], GuardSet]:
         # NOTE: the trace's own static guards speak of its inputs; the ambient state a call
         # runs in (grad mode, default dtype, a module's modes) is the cache's to check
-        static = list(t.static) + state_guards()
+        static = list(t.static) + state_guards() + [autocast_guard()]
         static += [value_guard(names[i], values[i]) for i in range(len(values)) if i not in traced]
         if self._modules is not None:
             static.append(self._training_guard())

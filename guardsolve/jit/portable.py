@@ -109,7 +109,8 @@ def _saved_expect(leaf: Leaf) -> Any:
     return None
 
 
-_HEAPTYPE = 1 << 9  # NOTE: Py_TPFLAGS_HEAPTYPE: a class defined in Python
+_HEAPTYPE = 1 << 9  # NOTE: Py_TPFLAGS_HEAPTYPE: a class made at run time (Python's, or C's by spec)
+_IMMUTABLETYPE = 1 << 8  # NOTE: Py_TPFLAGS_IMMUTABLETYPE: a C heap type (functools.partial); a Python class is mutable
 
 
 def _python_object(e: Any) -> bool:
@@ -118,7 +119,8 @@ def _python_object(e: Any) -> bool:
     if isinstance(e, torch.nn.Module):
         return True
     mro = [c for c in type(e).__mro__ if c is not object]
-    return bool(mro) and all(c.__flags__ & _HEAPTYPE and "__slots__" not in c.__dict__ for c in mro) and \
+    return bool(mro) and all(c.__flags__ & _HEAPTYPE and not c.__flags__ & _IMMUTABLETYPE
+                             and "__slots__" not in c.__dict__ for c in mro) and \
         isinstance(getattr(e, "__dict__", None), dict)
 
 

@@ -153,32 +153,40 @@ def autocast_state() -> tuple[tuple[str, torch.dtype], ...]:
 
 
 def state_guards() -> list[StaticGuard]:
-    """Thread-local and global torch state that changes what the same code computes: grad mode,
-    the default dtype, and autocast (a trace under `torch.autocast` records its casts; one
-    without records none, and its compiled kernels would not cast).
+    """Thread-local and global torch state that changes what the same code computes: grad mode
+    and the default dtype (autocast: `autocast_guard`).
 
     >>> for g in state_guards():
     ...     print(g)
     torch.is_grad_enabled() is True
     torch.get_default_dtype() == torch.float32
-    torch.autocast is off
     """
     grad = torch.is_grad_enabled()
     n_dd, v_dd = _bound("default_dtype", torch.get_default_dtype())
-    cast = autocast_state()
-    if cast:
-        n_ac, v_ac = _bound("autocast", cast)
-        on = ", ".join(f"torch.autocast({d!r}, dtype={dt})" for d, dt in cast)
-        autocast = StaticGuard(f"{on} is on, and no other", f"_autocast() == {n_ac}", "_autocast()", v_ac)
-    else:
-        autocast = StaticGuard("torch.autocast is off", "not _autocast()", "_autocast()")
     return [
         StaticGuard(f"torch.is_grad_enabled() is {grad}", f"_is_grad_enabled() is {grad}",
                     "_is_grad_enabled()"),
         StaticGuard(f"torch.get_default_dtype() == {torch.get_default_dtype()}",
                     f"_get_default_dtype() is {n_dd}", "_get_default_dtype()", v_dd),
-        autocast,
     ]
+
+
+def autocast_guard() -> StaticGuard:
+    """Autocast's state, on or off: a trace under `torch.autocast` records its casts, one
+    without records none (and compiled kernels would not cast).
+
+    >>> print(autocast_guard())
+    torch.autocast is off
+    >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     print(autocast_guard())
+    torch.autocast('cpu', dtype=torch.bfloat16) is on, and no other
+    """
+    cast = autocast_state()
+    if not cast:
+        return StaticGuard("torch.autocast is off", "not _autocast()", "_autocast()")
+    n_ac, v_ac = _bound("autocast", cast)
+    on = ", ".join(f"torch.autocast({d!r}, dtype={dt})" for d, dt in cast)
+    return StaticGuard(f"{on} is on, and no other", f"_autocast() == {n_ac}", "_autocast()", v_ac)
 
 
 NAMESPACE: dict[str, Any] = {"_is_grad_enabled": torch.is_grad_enabled,
