@@ -126,3 +126,104 @@ def test_periodic_equal_decides_as_z3_does() -> None:
         assert got == readable_proves(f, g, {"x"}, ["x"], [], 5000), (f, g)
         decided += got
     assert decided > 0  # NOTE: some pairs agree, so both answers are exercised
+
+
+# -- many routes (issue 49, item 9) -----------------------------------------------------------
+
+# NOTE: OpInfo's first sample of take_along_dim (torch.testing's op_db; benchmarks/paths.py
+# --only take_along_dim): its C++ composite reads sizes as ints, so each route pins its own
+TAKE_ALONG_INDEX = [[0, 4, 1, 3, 1], [0, 4, 1, 3, 1], [1, 1, 0, 0, 3], [3, 3, 3, 4, 4], [4, 0, 4, 2, 2]]
+
+
+def _equal_by_z3(a: list, b: list, sizes: set[str]) -> bool:
+    ctx = z3.Context()
+    var = z3_vars(ctx)
+    s = z3.Solver(ctx=ctx)
+    dims = {d for f in a + b for d in f.dims()}
+    s.add(*(var(d) >= 0 for d in dims if d in sizes))
+    s.add(z3.And([formula_to_z3(f, var) for f in a]) != z3.And([formula_to_z3(f, var) for f in b]))
+    return s.check() == z3.unsat
+
+
+def _disjuncts(line: str) -> int:
+    return line.count(" or ") + 1
+
+
+def test_take_along_dims_merged_routes_print_as_the_examples_route_and_a_count() -> None:
+    """43 routes, each pinning its own sizes, have no short equivalent: the guard stays whole
+    (its check is the same), and prints as the example's route and how many more; every
+    printed line joins at most MAX_DISJUNCTS parts. `explain(verbose=True)` lists every route,
+    and the routes it prints, read as Python, accept exactly what the unprinted guard does."""
+    import torch
+
+    from guardsolve.solve.constraint import DimOrder, render_formula
+    from guardsolve.solve.readable import MAX_DISJUNCTS, holds
+
+    torch.manual_seed(0)
+    x, index = torch.randn(5, 5), torch.tensor(TAKE_ALONG_INDEX)
+    t = guardsolve.trace(lambda a, i: torch.take_along_dim(a, i, 0), x, index)
+    gs = guardsolve.simplify(t)
+    raw = guardsolve.simplify(t, readable=False)
+    (wide,) = [c for c in raw if c.formula.__class__.__name__ == "Or" and len(c.formula.args) > MAX_DISJUNCTS]
+    printed = str(gs).splitlines()
+    assert all(_disjuncts(line) <= MAX_DISJUNCTS for line in printed), printed
+    n = len(wide.formula.args)
+    assert printed[0] == f"one of {n} routes over a0, a1, i0, i1; the example's:", printed
+    example = {"a0": 5, "a1": 5, "i0": 5, "i1": 5}
+    assert n > 30 and all(eval(p, {}, dict(example)) for p in printed[1].strip().split(", ")), printed
+    assert printed[2] == f"    (or one of {n - 1} more: explain(verbose=True) lists them)"
+    # the same set, by z3 and at sample points; the printed route holds at the example and implies the guard
+    sizes = set(gs.sizes)
+    assert _equal_by_z3([c.formula for c in gs], [c.formula for c in raw], sizes)
+    (c,) = [c for c in gs if c.shown]
+    route = [f for f in c.formula.args if ", ".join(sorted(printed[1].strip().split(", "))) ==
+             ", ".join(sorted(render_formula(f, DimOrder(list(c.dims))).replace("(", "").replace(")", "")
+                              .split(" and ")))]
+    assert len(route) == 1 and holds(route[0], example)
+    assert _equal_by_z3([route[0]], [route[0], c.formula], sizes)  # NOTE: the route implies the guard
+    verbose = gs.explain(verbose=True).splitlines()
+    at = verbose.index(f"one of {n}:")
+    rows = [r.strip() for r in verbose[at + 1:at + 1 + n]]
+    rng = random.Random(0)
+    for _ in range(600):
+        point = {d: rng.choice([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]) for d in c.dims}
+        listed = any(all(eval(p, {}, dict(point)) for p in r.split(", ")) for r in rows)
+        assert gs.check_dims(point) == raw.check_dims(point) == listed == holds(wide.formula, point), point
+    assert repr(gs).endswith(f"one of {n} routes over a0, a1, i0, i1>")
+
+
+def test_routes_split_by_a_dim_print_one_guard_per_case() -> None:
+    """Twelve routes, four for each of x0 in {0, 1} and x0 >= 2: a guard per case of x0, each
+    of four routes, proven equivalent (z3), and equal at every point of a grid."""
+    from guardsolve.guards.expr import conj, disj
+    from guardsolve.solve.constraint import Constraint, DimOrder, render_formula
+    from guardsolve.solve.readable import MAX_DISJUNCTS, holds, many_routes
+
+    x, y, z, K = Poly.var("x0"), Poly.var("y0"), Poly.var("z0"), Poly.const
+    cases = [rel("eq", x, K(0)), rel("eq", x, K(1)), rel("ge", x, K(2))]
+    f = disj(conj([case, rel("eq", y, K(k + i)), rel("ge", z, K(k))]) for i, case in enumerate(cases) for k in range(4))
+    order = DimOrder(["x0", "y0", "z0"])
+    c = Constraint("general", f, render_formula(f, order), frozenset({7}), ("x0", "y0", "z0"))
+    out = many_routes([c], {"x0", "y0", "z0"}, ["x0", "y0", "z0"], None)
+    assert len(out) == 3 and all(_disjuncts(g.text) <= MAX_DISJUNCTS and not g.shown and g.prov == {7} for g in out)
+    assert "(x0 != 0) or " in out[0].text + out[1].text + out[2].text
+    assert _equal_by_z3([g.formula for g in out], [f], {"x0", "y0", "z0"})
+    for point in itertools.product(range(6), repeat=3):
+        env = dict(zip(["x0", "y0", "z0"], point))
+        assert all(eval(g.text, {}, dict(env)) for g in out) == holds(f, env), env
+
+
+def test_routes_that_share_conjuncts_print_them_once() -> None:
+    """`(A and B) or (A and C) ...` is `A` and `B or C ...`: A a guard of its own."""
+    from guardsolve.guards.expr import conj, disj
+    from guardsolve.solve.constraint import Constraint, DimOrder, render_formula
+    from guardsolve.solve.readable import many_routes
+
+    x, y, K = Poly.var("x0"), Poly.var("y0"), Poly.const
+    f = disj(conj([rel("eq", x, y), rel("eq", y, K(k * k))]) for k in range(10))
+    c = Constraint("general", f, render_formula(f, DimOrder(["x0", "y0"])), frozenset(), ("x0", "y0"))
+    out = many_routes([c], {"x0", "y0"}, ["x0", "y0"], {"x0": 4, "y0": 4})
+    assert out[0].text == "x0 == y0" and out[0].kind == "eq"
+    assert _equal_by_z3([g.formula for g in out], [f], {"x0", "y0"})
+    assert out[1].lines() == ["one of 10 routes over y0; the example's:", "    y0 == 4",
+                              "    (or one of 9 more: explain(verbose=True) lists them)"]

@@ -218,7 +218,9 @@ class Store:
             else:
                 return (f"not saved: the trace uses the tensor {name}, which it reached by no recorded read "
                         "(its value could differ in another process)")
-        vkey = hashlib.sha256(str(variant.guards).encode() + repr([g.text for g in variant.guards.static]).encode()
+        # NOTE: the guards' whole texts (a long disjunction prints as one of its routes: `Constraint.shown`)
+        vkey = hashlib.sha256("\n".join(c.text for c in variant.guards).encode()
+                              + repr([g.text for g in variant.guards.static]).encode()
                               ).hexdigest()[:12]
         from guardsolve.jit.inductor import flat_program
 

@@ -43,6 +43,9 @@ class Constraint:
     text: str
     prov: frozenset[int]
     dims: tuple[str, ...]
+    # NOTE: how a report prints a disjunction of more routes than a person reads (`readable`:
+    # the example's route and how many more); `text` stays the whole guard, as Python
+    shown: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return self.text
@@ -53,14 +56,16 @@ class Constraint:
     def short(self, width: int = 100) -> str:
         """The text, or for a long `one of` guard (see `lines`) its first line and dims:
         `one of 42 routes over x0, x1, lo0` (where a message has one line for it)."""
-        head = self.lines(width)
+        head = self.lines(width, full=True)
         if len(head) == 1:
             return self.text
         return f"{head[0].rstrip(':')} routes over {', '.join(self.dims)}"
 
-    def lines(self, width: int = 100) -> list[str]:
+    def lines(self, width: int = 100, full: bool = False) -> list[str]:
         """How a report prints it: the text, or a long `(route) or (route) or ...` (merged
-        routes of many operands) one route to a line, its conjuncts joined by commas.
+        routes of many operands) one route to a line, its conjuncts joined by commas; past a
+        reader's count of routes, the example's route and how many more (`shown`, set by
+        `readable`), unless `full`.
 
         >>> from guardsolve.guards.expr import conj, disj, rel
         >>> x, y = Poly.var("x0"), Poly.var("y0")
@@ -74,6 +79,8 @@ class Constraint:
         'one of 3 routes over x0, y0'
         """
         f = self.formula
+        if self.shown and not full:
+            return list(self.shown)
         if len(self.text) <= width or not isinstance(f, Or) or len(f.args) < 3:
             return [self.text]
         order = DimOrder(list(self.dims))

@@ -444,7 +444,7 @@ class GuardSet:
             out.append("checked first (static: not sizes):")
             out += [f"    {g.text}" for g in self.static]
         for c in self.constraints:
-            out += c.lines()
+            out += c.lines(full=verbose)  # NOTE: every route of a disjunction past a reader's count
             for i in sorted(c.prov):
                 out.append(f"    from {self._reading(i)}{self._asked(i)}  at {self._origin(i)}")
         always = set(self.tautologies)

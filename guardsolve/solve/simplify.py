@@ -708,7 +708,7 @@ def readable_guards(gs: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Guard
 
     if not any(c.kind == "general" for c in gs.constraints):
         return gs
-    out = readable(gs.constraints, gs.sizes, gs.dims, min(timeout_ms, 1000))
+    out = readable(gs.constraints, gs.sizes, gs.dims, min(timeout_ms, 1000), gs.graph.meta.get("example"))
     if all(a is b for a, b in zip(out, gs.constraints)):
         return gs
     # NOTE: a form read under the others can imply one of them (`x >= 33` read under `x >= 1`
