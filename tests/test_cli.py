@@ -803,6 +803,83 @@ def test_train_mode_is_a_flag(tmp_path: pathlib.Path, capsys: pytest.CaptureFixt
     assert eval_trace["static"] != train_trace["static"] or eval_trace != train_trace
 
 
+CLASSIFIER = """\
+import torch
+from torch import nn
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 16)
+        self.layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, dropout=0.0)
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, tokens):
+        return self.out(self.layer(self.emb(tokens)).mean(1))
+"""
+
+
+def test_grad_mode_is_said_and_chosen(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 49 (7): a classifier traced with grad on gets `tokens0 >= 2` (multi_head_attention's
+    contiguity branches at batch 1); served under no_grad it runs one fused kernel and batch 1
+    is the same trace. The report says which mode ran; --no-grad chooses no_grad."""
+    script = tmp_path / "cls.py"
+    script.write_text(CLASSIFIER)
+    argv = [f"{script}:Classifier", "--shape", "tokens=4,8", "--dtype", "int64"]
+    assert main(["report", *argv]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[2] == "mode: grad on, eval (--no-grad: as served under torch.no_grad())"
+    assert "\ntokens0 >= 2\n" in out
+    assert main(["check", *argv, "--at", "tokens=1,8"]) == 1
+    assert "guard failed: tokens0 >= 2 (tokens0=1)" in capsys.readouterr().out
+    assert main(["report", *argv, "--no-grad"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[2] == "mode: no_grad, eval" and "tokens0 >= 2" not in out
+    assert main(["check", *argv, "--no-grad", "--at", "tokens=1,8"]) == 0
+    capsys.readouterr()
+    assert main(["report", *argv, "--no-grad", "--train", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mode"] == {"grad": False, "module": "train"}
+    assert torch.is_grad_enabled()  # NOTE: the command's mode ends with it
+
+
+def test_mode_of_a_function_and_train_without_a_module(capsys: pytest.CaptureFixture[str]) -> None:
+    add = str(ROOT / "examples/notebook.py") + ":add"
+    assert main(["report", add, "--shape", "a=4", "--shape", "b=4", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mode"] == {"grad": True, "module": None}
+    assert main(["report", add, "--shape", "a=4", "--shape", "b=4", "--train"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("guardsolve: error: --train: ") and "is a function, not an nn.Module" in err
+
+
+DISTILBERT = """\
+import torch
+from transformers import DistilBertConfig, DistilBertModel
+
+
+def build():
+    torch.manual_seed(0)
+    return DistilBertModel(DistilBertConfig(vocab_size=100, dim=32, n_layers=1, n_heads=2, hidden_dim=64,
+                                            max_position_embeddings=64))
+"""
+
+
+def test_every_guard_of_distilbert_names_a_line(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 49 (8): `attention_mask0 >= 2` printed with no source: a guard every route implies,
+    found in a merged route, had no provenance in the example's trace; it names the example's
+    bailouts it follows from there (the mask's batch indexed by the ids' batch, which is >= 2)."""
+    pytest.importorskip("transformers")
+    script = tmp_path / "dbert.py"
+    script.write_text(DISTILBERT)
+    assert main(["report", f"{script}:build", "--shape", "input_ids=2,16", "--shape", "attention_mask=2,16",
+                 "--dtype", "int64", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["guards"] and all(g["sources"] and all(s["file"] and s["line"] for s in g["sources"])
+                                 for g in doc["guards"]), [g["guard"] for g in doc["guards"] if not g["sources"]]
+    (mask,) = [g for g in doc["guards"] if g["guard"] == "attention_mask0 >= 2"]
+    assert {s["code"] for s in mask["sources"]} >= {"return padding_mask[batch_idx, kv_idx]"}
+
+
 def test_builtin_torch_function_target(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "torch:relu", "--shape", "input=2,3"]) == 0
     assert "inputs: input=[2, 3]" in capsys.readouterr().out

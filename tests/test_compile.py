@@ -428,16 +428,82 @@ def test_recompiles_are_counted_explained_and_avoided(capsys: pytest.CaptureFixt
     assert first.failed == "x0 == 2" and first.sources[0].assumption == "static by default"
     assert second.failed == "x0 >= 2" and second.sources[0].assumption == "0/1 specialization"
     capsys.readouterr()
-    text = str(log)  # NOTE: issue 37 (11): the suggestion is checked here, once, and says so
+    # NOTE: issue 49 (8): printing never compiles; the check runs once, when asked, and says so
+    cheap = str(log)
+    assert not replays and not log.checked and capsys.readouterr().err == ""
+    assert "suggestion: not checked yet (print(log.check()) checks it" in cheap and "trace-exact" not in cheap
+    text = str(log.check())
     checked = len(replays)
-    assert capsys.readouterr().err.startswith("guardsolve: checking the suggestion by compiling again... ")
-    assert checked and log.suggestion_seconds is not None
+    err = capsys.readouterr().err
+    assert err.startswith("guardsolve: checking the suggestion by compiling again... ")
+    assert "\nguardsolve: tracing the first call with guardsolve... " in err
+    assert checked and log.suggestion_seconds is not None and log.checked
     s = log.suggestion
     assert s is not None and s.recompiles_before == 2 and s.recompiles_after < 2
     assert str(log) == text and len(replays) == checked and capsys.readouterr().err == ""
     assert "3 compiles, 2 recompiles" in text and "suggestion: torch._dynamo.mark" in text
     # guardsolve's trace of batch 2 is the same trace at every batch size (MLP): it serves them
     assert len(log.trace_accepts) == 2
+
+
+def pinned(x: torch.Tensor) -> torch.Tensor:
+    if x.shape[0] == 3:
+        return x.sin()
+    return x.cos()
+
+
+def test_checking_the_suggestion_keeps_pytorchs_logs_off_stderr(capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 49 (8): the mark_dynamic option Dynamo refuses (the code pins the size) logs an
+    ERROR traceback from torch._guards; it must not cut into guardsolve's progress line."""
+    compiled = torch.compile(pinned, backend="eager")
+    with watch_recompiles() as log:
+        for n in (3, 4, 5, 3):
+            compiled(torch.randn(n, 4))
+    capfd.readouterr()
+    log.check()
+    err = capfd.readouterr().err
+    assert "Error while creating guard" not in err and "Traceback" not in err, err
+    assert re.fullmatch(r"guardsolve: checking the suggestion by compiling again\.\.\. [\d.]+ s\n"
+                        r"guardsolve: tracing the first call with guardsolve\.\.\. [\d.]+ s\n", err), err
+    assert log.suggestion is None and "suggestion: none found" in str(log)
+
+
+class UNet(torch.nn.Module):
+    """Conv down, max-pool, conv, upsample, the skip concatenated, conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.mid = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.out = torch.nn.Conv2d(16, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skip = torch.relu(self.down(x))
+        h = torch.relu(self.mid(torch.nn.functional.max_pool2d(skip, 2)))
+        h = torch.nn.functional.interpolate(h, scale_factor=2)
+        return self.out(torch.cat([h, skip], dim=1))
+
+
+def test_a_range_guard_names_each_bound_by_what_decided_it() -> None:
+    """Issue 49 (8): Dynamo's `2 <= x0 <= 15` joins two bounds: 0/1 specialization (>= 2) and
+    the convolution's backend choice FakeTensor makes for the output's layout (mkldnn from batch
+    16: <= 15). Each minimal guard names its own bound's source, and no line twice."""
+    with torch.no_grad():
+        r = explain_compile(UNet(), torch.randn(2, 3, 16, 16), dynamic=True)
+    f = r.frames[0]
+    (rng,) = [g for g in f.dynamo_guards if g.code == "2 <= L['x'].size()[0] <= 15"]
+    assert [b.code for b in rng.bounds] == ["2 <= L['x'].size()[0]", "L['x'].size()[0] <= 15"]
+    by_text = {c.text: [s for i in sorted(c.prov) for s in f.sources_of(i)] for c in r.guards}
+    assert [s.assumption for s in by_text["x0 >= 2"]] == ["0/1 specialization"]
+    upper = by_text["x0 <= 15"]
+    call = UNet.forward.__code__.co_firstlineno + 1
+    assert [(s.assumption, s.line) for s in upper][0] == (None, call)
+    assert upper[-1].decided is not None and "_subclasses/fake_impls.py" in upper[-1].decided, upper
+    assert "_select_conv_backend" in upper[-1].decided
+    text = str(r)
+    assert all(line.count(f"test_compile.py:{call} ") <= 1 for line in text.splitlines()), text
+    assert "Dynamo: L['x'].size()[0] <= 15 (of 2 <= L['x'].size()[0] <= 15)  <- " in text
+    assert len(f.dynamo_guards) == json.loads(r.json())["counts"]["dynamo_guards"]  # NOTE: Dynamo's count
 
 
 @pytest.mark.slow

@@ -63,6 +63,10 @@ def _parser() -> argparse.ArgumentParser:
                              "(default: floats randn; ints random in [0, 2), and ones for an input named *mask*)")
     target.add_argument("--train", action="store_true",
                         help="trace an nn.Module target in training mode (by default it is switched to eval mode)")
+    target.add_argument("--grad", action=argparse.BooleanOptionalAction, default=None,
+                        help="--no-grad traces under torch.no_grad(), as a model is usually served; --grad with "
+                             "grad mode on (default: grad on for guardsolve's own trace, no_grad for --via "
+                             "torch.compile); the report's `mode:` line says which ran")
     target.add_argument("--value-guards", action="store_true",
                         help="record branches on tensor data as value guards instead of failing")
     target.add_argument("--no-explore", action="store_true",
@@ -120,7 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from guardsolve.cli.args import check
 
         check(args)  # NOTE: before torch and z3 load: a mistake is answered at once
-        return {"report": _report, "trace": _trace, "check": _check}[args.command](args)
+        command = {"report": _report, "trace": _trace, "check": _check}[args.command]
+        if getattr(args, "via", None) == "torch.compile":
+            return command(args)  # NOTE: `cli.compile` sets its own grad mode (no_grad by default)
+        with _grad(args):
+            return command(args)
     except GuardsolveError as e:
         return _fail(args, f"guardsolve: error: {e}", 2)
     except KeyboardInterrupt:
@@ -187,6 +195,14 @@ def _warm_imports() -> None:
     simplify(trace(lambda a, b: (a + b).view(-1) // 2, torch.ones(2, 2), torch.ones(2, 1)))
 
 
+def _grad(args: argparse.Namespace, default: bool = True) -> Any:
+    """The grad mode a command runs in, the whole command long (the trace, the routes it
+    explores, the checks after it): `--grad`/`--no-grad`, else `default`."""
+    import torch
+
+    return torch.set_grad_enabled(default if args.grad is None else args.grad)
+
+
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from guardsolve.cli.targets import TargetError, load
 
@@ -216,7 +232,7 @@ def _report(args: argparse.Namespace) -> int:
         seconds = time.perf_counter() - t0
     info = ReportInfo(loaded.target, loaded.inputs, loaded.graph, seconds, args.verify, args.dynamic,
                       loaded.target if loaded.from_file else None, input_specs=loaded.input_specs,
-                      verbose=args.verbose)
+                      verbose=args.verbose, mode=loaded.mode)
     if args.format in ("text", "json") and loaded.trace is not None:
         info.idle = _idle(loaded.trace, gs)
     # NOTE: fail soft: a stage after the guards that fails is reported after them, never instead of them

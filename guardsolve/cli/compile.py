@@ -36,7 +36,7 @@ def compile_report(args: argparse.Namespace) -> str:
     _marks(names, values, args.dynamic)
     import torch
 
-    with torch.no_grad():
+    with torch.set_grad_enabled(bool(args.grad)):  # NOTE: no_grad unless --grad: as a model is served
         report = explain_compile(fn, *values, dynamic=None if args.dynamic else True, timeout_ms=args.timeout_ms)
     if args.verify:
         for f in report.frames:

@@ -38,6 +38,17 @@ class ReportInfo:
     verbose: bool = False  # list each route tried, not only their counts
     # NOTE: by guard index, its sources that decide nothing on its far side (`solve.deciding`)
     idle: dict[int, Any] = field(default_factory=dict)
+    mode: dict[str, Any] | None = None  # how the trace ran (`targets.trace_mode`); None for a saved graph
+
+
+def mode_line(mode: dict[str, Any]) -> str:
+    """How the trace ran, as the report's `mode:` line says it.
+
+    >>> mode_line({"grad": True, "module": "eval"}), mode_line({"grad": False, "module": None})
+    ('mode: grad on, eval (--no-grad: as served under torch.no_grad())', 'mode: no_grad')
+    """
+    text = "mode: " + ", ".join(p for p in ("grad on" if mode["grad"] else "no_grad", mode["module"]) if p)
+    return text + (" (--no-grad: as served under torch.no_grad())" if mode["grad"] and mode["module"] else "")
 
 
 def plural(count: int, word: str) -> str:
@@ -77,6 +88,7 @@ def json_report(gs: GuardSet, info: ReportInfo) -> str:
         "version": JSON_VERSION,
         "target": info.target,
         "inputs": info.input_specs if info.input_specs is not None else info.inputs,
+        "mode": info.mode,
         "trace_nodes": len(info.trace),
         "guard_nodes": len(gs.graph),
         "bailouts": len(gs.graph.bailouts()),
@@ -141,6 +153,7 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
     lines = [
         f"target: {info.target}",
         f"inputs: {info.inputs}",
+        *([mode_line(info.mode)] if info.mode is not None else []),
         f"trace: {plural(len(info.trace), 'node')}; {plural(len(gs.graph.bailouts()), 'bailout')} -> "
         f"{plural(len(gs), 'minimal guard')}",
         f"minimal (irredundant): {'proved' if gs.minimal else 'not proved (solver undecided)'}; "

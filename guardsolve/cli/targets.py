@@ -36,6 +36,8 @@ class Loaded:
     from_file: bool = False
     trace: Any = None  # the `Trace` of a function target: its static guards (dtype, device, ...)
     input_specs: dict[str, Any] | None = None  # JSON's `inputs`: each input's shape and dtype
+    # NOTE: how the trace ran: {"grad": torch.is_grad_enabled(), "module": "eval", "train" or None}
+    mode: dict[str, Any] | None = None
 
 
 def parse_int(spec: str) -> tuple[str, int]:
@@ -86,6 +88,9 @@ def load_callable(target: str, train: bool = False) -> Callable[..., Any]:
         raise TargetError(f"{target} is not callable")
     if isinstance(fn, torch.nn.Module):
         fn.train(train)
+    elif train:
+        raise TargetError(f"--train: {target} is a function, not an nn.Module: it has no training mode to set "
+                          f"(name the module, or a factory that builds it)")
     return fn
 
 
@@ -269,7 +274,18 @@ def load(target: str, shapes: Sequence[str] = (), ints: Sequence[str] = (),
     except Exception as e:
         raise TargetError(f"{target} raised while tracing: {type(e).__name__}: {e} ({_user_frame(e)})"
                           f"{_dtype_hint(e, names, args)}") from e
-    return Loaded(t.graph, target, describe_args(names, args), trace=t, input_specs=input_specs(names, args))
+    return Loaded(t.graph, target, describe_args(names, args), trace=t, input_specs=input_specs(names, args),
+                  mode=trace_mode(fn))
+
+
+def trace_mode(fn: Any) -> dict[str, Any]:
+    """How a trace runs now: grad mode, and a module target's train/eval mode (None for a function).
+
+    >>> trace_mode(torch.nn.Linear(2, 2).eval())
+    {'grad': True, 'module': 'eval'}
+    """
+    return {"grad": torch.is_grad_enabled(),
+            "module": ("train" if fn.training else "eval") if isinstance(fn, torch.nn.Module) else None}
 
 
 def _dtype_hint(e: BaseException, names: Sequence[str], args: Sequence[Any]) -> str:

@@ -27,6 +27,7 @@ import inspect
 import json
 import logging
 import re
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -81,6 +82,9 @@ class GuardSource:
     function: str | None = None
     code: str | None = None
     detail: str | None = None
+    # NOTE: where PyTorch itself decided a bound of a size on this line (the framework location of
+    # Dynamo's comment, `_subclasses/fake_impls.py:1811 in conv`), with that line's code
+    decided: str | None = None
 
     @property
     def fix(self) -> str | None:
@@ -89,12 +93,14 @@ class GuardSource:
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" + (f"  {self.code}" if self.code else "") if self.file else ""
         if self.assumption is None:
-            return where
+            return where + (f" — decided in PyTorch at {self.decided}" if self.decided else "")
         text = f"Dynamo's assumption: {self.assumption}" + (f" ({self.detail})" if self.detail else "")
         return text + (f"; first used at {where}" if where else "")
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"file": self.file, "line": self.line, "code": self.code}
+        if self.decided:
+            d["decided_in"] = self.decided
         if self.assumption:
             d.update(assumption=self.assumption, fix=self.fix)
             if self.detail:
@@ -166,6 +172,53 @@ def sources_of(comment: str, code: str, frame_code: Any = None) -> tuple[GuardSo
     return (GuardSource("Dynamo's own", detail=comment or "Dynamo recorded no source for this guard"),)
 
 
+_RANGE = re.compile(r"^(?P<lo>-?\d+) <= (?P<sym>.+?) <= (?P<hi>-?\d+)$")
+_UPPER = re.compile(r"^(?P<sym>.+?) <= (?P<hi>-?\d+)$")
+# NOTE: one of Dynamo's locations as it ends: a user line's `# file:line in fn (framework)`, or a
+# framework location alone
+_SLOC_END = re.compile(r"(# \S+:\d+ in [\w<>.]+ \(.*\)|^\S+:\d+ in [\w<>.]+)$")
+_DECIDED = re.compile(r"\((?P<file>[^\s()]+):(?P<line>\d+) in (?P<fn>[\w<>.]+)\)$")
+
+
+def bounds_of(code: str, comment: str) -> list[tuple[str, str]]:
+    """A range guard `lo <= s <= hi` as its two bounds, each with its own location: Dynamo
+    tightens each bound where it does (`produce_guards` joins the two as `lower and upper`).
+    Empty for any other guard.
+
+    >>> bounds_of("2 <= L['x'].size()[0] <= 15",
+    ...           "f(x)  # a.py:3 in g (0/1 specialization ...) and f(x)  # a.py:3 in g (fake_impls.py:9 in conv)")
+    [("2 <= L['x'].size()[0]", 'f(x)  # a.py:3 in g (0/1 specialization ...)'), ("L['x'].size()[0] <= 15", 'f(x)  # a.py:3 in g (fake_impls.py:9 in conv)')]
+    """
+    m = _RANGE.match(code)
+    if m is None:
+        return []
+    at = comment.find(" and ")
+    while at >= 0:
+        if _SLOC_END.search(comment[:at]):
+            return [(f"{m['lo']} <= {m['sym']}", comment[:at]), (f"{m['sym']} <= {m['hi']}", comment[at + 5:])]
+        at = comment.find(" and ", at + 5)
+    return []
+
+
+def _decided(sources: tuple[GuardSource, ...], comment: str) -> tuple[GuardSource, ...]:
+    """An upper bound's sources, the innermost line naming the PyTorch function that decided it
+    (`_subclasses/fake_impls.py:1811 in conv  conv_backend = torch._C._select_conv_backend(`);
+    as they are where Dynamo itself decided it (a user's `if`) or named no user line."""
+    m = _DECIDED.search(comment)
+    users = [k for k, s in enumerate(sources) if s.assumption is None and s.file]
+    if m is None or not users or m["file"].startswith("_dynamo/"):
+        return sources
+    import linecache
+    import os
+
+    code = linecache.getline(os.path.join(os.path.dirname(torch.__file__), m["file"]), int(m["line"])).strip()
+    decided = f"torch/{m['file']}:{m['line']} in {m['fn']}" + (f"  {code}" if code else "")
+    k = users[-1]
+    s = sources[k]
+    return (*sources[:k], GuardSource(s.assumption, s.file, s.line, s.function, s.code, s.detail, decided),
+            *sources[k + 1:])
+
+
 # -- one frame ------------------------------------------------------------------------------
 
 
@@ -182,13 +235,19 @@ class DynamoGuard:
     comment: str = ""
     expr: Any = field(default=None, compare=False)  # the sympy condition, over one symbol per source
     dims: tuple[tuple[Any, str], ...] = field(default=(), compare=False)  # its symbols that are input dims
+    # NOTE: a range `2 <= s <= 15`: its lower and upper bound, each a guard with its own sources
+    # (`sources` is theirs together); the guard set has a bailout per bound
+    bounds: tuple["DynamoGuard", ...] = field(default=(), compare=False)
 
     def __str__(self) -> str:
         return self.code
 
     def as_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "kind": self.kind, "sources": [s.as_dict() for s in self.sources],
-                "dynamo_comment": self.comment}
+        out = {"code": self.code, "kind": self.kind, "sources": [s.as_dict() for s in self.sources],
+               "dynamo_comment": self.comment}
+        if self.bounds:
+            out["bounds"] = [{"code": b.code, "sources": [s.as_dict() for s in b.sources]} for b in self.bounds]
+        return out
 
 
 @dataclass(frozen=True)
@@ -259,10 +318,25 @@ class Frame:
         """The values `guards.check` takes, read from the frame's locals (`L['args'][0]`, ...)."""
         return [eval(self.inputs[p], {"L": f_locals}) for p in self.params]  # NOTE: Dynamo's own source text
 
+    def guard_of(self, node: int) -> DynamoGuard | None:
+        """The Dynamo guard one bailout of `guards.graph` translates (one bound of a range)."""
+        meta = self.guards.graph.nodes[node].meta
+        if meta.get("dynamo") is None:
+            return None
+        g = self.dynamo_guards[meta["dynamo"]]
+        return g.bounds[meta["bound"]] if meta.get("bound") is not None else g
+
+    def _code_of(self, node: int) -> str:
+        """The Dynamo guard of a bailout as the report prints it: a range's bound says its range."""
+        meta = self.guards.graph.nodes[node].meta
+        g = self.guard_of(node)
+        whole = self.dynamo_guards[meta["dynamo"]].code
+        return g.code if g is None or g.code == whole else f"{g.code} (of {whole})"
+
     def sources_of(self, node: int) -> tuple[GuardSource, ...]:
         """The sources of one bailout of `guards.graph` (the Dynamo guard it translates)."""
-        i = self.guards.graph.nodes[node].meta.get("dynamo")
-        return self.dynamo_guards[i].sources if i is not None else ()
+        g = self.guard_of(node)
+        return g.sources if g is not None else ()
 
     def as_dict(self) -> dict[str, Any]:
         gs = self.guards
@@ -285,8 +359,7 @@ class Frame:
     def _sources(self, nodes: Sequence[int]) -> list[dict[str, Any]]:
         out = []
         for i in nodes:
-            k = self.guards.graph.nodes[i].meta.get("dynamo")
-            dg = self.dynamo_guards[k] if k is not None else None
+            dg = self.guard_of(i)
             for s in (dg.sources if dg else ()):
                 out.append({"bailout": self.guards._describe(i), "dynamo": dg.code if dg else None, **s.as_dict()})
         return out
@@ -308,11 +381,10 @@ class Frame:
             out.append(f"  {c.text}")
             seen: set[str] = set()
             for i in sorted(c.prov):
-                k = gs.graph.nodes[i].meta.get("dynamo")
-                if k is None:
+                dg = self.guard_of(i)
+                if dg is None:
                     continue
-                dg = self.dynamo_guards[k]
-                text = f"      Dynamo: {dg.code}  <- {'; '.join(map(str, dg.sources))}"
+                text = f"      Dynamo: {self._code_of(i)}  <- {'; '.join(map(str, dg.sources))}"
                 if text not in seen:
                     seen.add(text)
                     out.append(text)
@@ -337,9 +409,9 @@ class Frame:
         gs = self.guards
         by_source: dict[str, list[str]] = {}
         for i in nodes:
-            k = gs.graph.nodes[i].meta.get("dynamo")
-            if k is not None:
-                readings = by_source.setdefault("; ".join(map(str, self.dynamo_guards[k].sources)), [])
+            dg = self.guard_of(i)
+            if dg is not None:
+                readings = by_source.setdefault("; ".join(map(str, dg.sources)), [])
                 if gs._reading(i) not in readings:
                     readings.append(gs._reading(i))
         lines = [f"      {r}  <- {src}" if verbose or len(rs) == 1 else
@@ -574,9 +646,13 @@ def explain_frame(c: dyn.Compiled, dynamic: bool | None, marked: Mapping[int, Se
             kind = "stride" if any(_reads_layout(s) for s in srcs) or _reads_layout(leaf.code) else "other"
             dynamo_guards.append(DynamoGuard(leaf.code, kind, sources, leaf.comment, expr))
             continue
-        dynamo_guards.append(DynamoGuard(leaf.code, "shape", sources, leaf.comment, expr,
-                                         tuple((sym, names[namer.source(sym)]) for sym in expr.free_symbols
-                                               if namer.source(sym) in names)))
+        dims = tuple((sym, names[namer.source(sym)]) for sym in expr.free_symbols if namer.source(sym) in names)
+        bounds = _bounds(leaf.code, leaf.comment, namer, c.code, dims)
+        if bounds:
+            sources = tuple(dict.fromkeys(s for b in bounds for s in b.sources))
+        elif _UPPER.match(leaf.code):
+            sources = _decided(sources, leaf.comment)
+        dynamo_guards.append(DynamoGuard(leaf.code, "shape", sources, leaf.comment, expr, dims, bounds))
 
     dynamo_guards = _first_uses(dynamo_guards)
     graph = Graph(meta={"signature": signature})
@@ -593,6 +669,12 @@ def explain_frame(c: dyn.Compiled, dynamic: bool | None, marked: Mapping[int, Se
         if dg.kind == "static size":
             src, v = dg.code.rsplit(" == ", 1)
             cond = graph.emit(Op.INT_EQ, (names[src], graph.emit(Op.INT_CONST, (), val=int(v))))
+        elif dg.kind == "shape" and dg.bounds:
+            for j, b in enumerate(dg.bounds):
+                cond = emit_bool(graph, b.expr, {sym: d for sym, d in dg.dims})
+                graph.emit(Op.BOOL_BAILOUT, (cond,), expect=True, meta={"loc": _loc(b.sources, c.code), "dynamo": k,
+                                                                        "bound": j, "origin": _origin(b.sources)})
+            continue
         elif dg.kind == "shape":
             for sym in dg.expr.free_symbols:
                 if sym in nodes:
@@ -623,6 +705,24 @@ def explain_frame(c: dyn.Compiled, dynamic: bool | None, marked: Mapping[int, Se
     return frame
 
 
+def _bounds(code: str, comment: str, namer: Any, frame_code: Any, dims: tuple[tuple[Any, str], ...]
+            ) -> tuple[DynamoGuard, ...]:
+    """A range guard over one input dim as its two bounds, each with its own sources (`bounds_of`);
+    the upper bound's innermost line names the PyTorch function that decided it. Empty otherwise."""
+    parts = bounds_of(code, comment)
+    if not parts or len(dims) != 1:
+        return ()
+    out = []
+    for k, (part, where) in enumerate(parts):
+        try:
+            expr = parse_guard(part, namer.symbol)
+        except TranslationError:
+            return ()
+        sources = sources_of(where, part, frame_code)
+        out.append(DynamoGuard(part, "shape", _decided(sources, where) if k else sources, where, expr, dims))
+    return tuple(out)
+
+
 def _first_uses(guards: list[DynamoGuard]) -> list[DynamoGuard]:
     """A 0/1 specialization's "first used at" as the first user line whose guards read that dim.
 
@@ -638,19 +738,23 @@ def _first_uses(guards: list[DynamoGuard]) -> list[DynamoGuard]:
                 at.setdefault((s.file, s.line), set()).update(d for _, d in g.dims)
                 for _, d in g.dims:
                     used.setdefault(d, []).append(s)
-    out = []
-    for g in guards:
+    def moved(g: DynamoGuard) -> DynamoGuard:
+        if g.bounds:
+            bounds = tuple(moved(b) for b in g.bounds)
+            return DynamoGuard(g.code, g.kind, tuple(dict.fromkeys(s for b in bounds for s in b.sources)), g.comment,
+                               g.expr, g.dims, bounds)
         dims = {d for _, d in g.dims}
         made = next((s for s in g.sources if s.assumption == "0/1 specialization"), None)
         firsts = sorted((s for d in dims for s in used.get(d, ())), key=lambda s: (s.file != g.sources[0].file, s.line))
         # NOTE: Dynamo's line stays unless every guard from it reads other dims only
         if made is not None and firsts and at.get((made.file, made.line), dims).isdisjoint(dims):
             f = firsts[0]
-            g = DynamoGuard(g.code, g.kind, tuple(
+            return DynamoGuard(g.code, g.kind, tuple(
                 GuardSource(s.assumption, f.file, f.line, f.function, f.code, s.detail)
                 if s.assumption == "0/1 specialization" else s for s in g.sources), g.comment, g.expr, g.dims)
-        out.append(g)
-    return out
+        return g
+
+    return [moved(g) for g in guards]
 
 
 def _dedup(static: list[StaticGuard]) -> list[StaticGuard]:
@@ -835,9 +939,8 @@ class CompileReport:
         for f in self.frames:
             rows = []
             for c in f.guards:
-                behind = {f.dynamo_guards[k].code: "; ".join(
-                    map(str, f.dynamo_guards[k].sources)) for i in sorted(c.prov)
-                    if (k := f.guards.graph.nodes[i].meta.get("dynamo")) is not None}
+                behind = {f._code_of(i): "; ".join(map(str, g.sources)) for i in sorted(c.prov)
+                          if (g := f.guard_of(i)) is not None}
                 rows.append(f"<tr><td><code>{html.escape(c.text)}</code></td><td>"
                             + "<br>".join(f"<code>{html.escape(d)}</code> &larr; {html.escape(s)}" for d, s in behind.items())
                             + "</td></tr>")
@@ -895,15 +998,26 @@ def _callers_in_slocs() -> Iterator[None]:
     after it (`x = self.act(x)  # f.py:19 in forward; via return F.relu(...)  # activation.py:143 in forward`).
     """
     from torch._guards import SLoc, TracingContext
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv, uninteresting_files
     from torch.utils._traceback import format_frame
 
     from guardsolve.guards.symbolic import _is_library_file
 
     original = ShapeEnv._get_stack_summary
 
-    def summary(self: Any, *args: Any, **kwargs: Any) -> Any:
-        sloc, extra = original(self, *args, **kwargs)
+    def summary(self: Any, is_debug: bool = False, framework_loc: str | None = None) -> Any:
+        if framework_loc is None:
+            # NOTE: Dynamo names the innermost frame outside its own files as where PyTorch decided
+            # (`_subclasses/fake_impls.py:1811 in conv`); from here that would be this wrapper
+            frame = sys._getframe(1)
+            skipped = uninteresting_files()
+            while frame is not None and frame.f_code.co_filename in skipped:
+                frame = frame.f_back
+            if frame is not None:
+                framework_loc = format_frame(traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno,
+                                                                    frame.f_code.co_name))
+            del frame
+        sloc, extra = original(self, is_debug, framework_loc)
         try:
             stack = TracingContext.extract_stack()
             inner = stack[-1] if stack else None

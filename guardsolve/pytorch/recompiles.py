@@ -10,9 +10,15 @@ a code object and each recompile, with the inputs it got. A recompile names the 
 failed in its minimal form (the old entry's guards read and reduced as `explain_compile` does),
 the input's values, and that guard's source lines or Dynamo's named assumption. `log.suggestion`
 is the `mark_dynamic` (or `dynamic=True`) change that would have avoided them, checked by
-compiling again and replaying the same calls under `torch.compiler.set_stance("fail_on_recompile")`:
-once, when first asked for (`str(log)` asks), saying so on stderr.
+compiling again and replaying the same calls under `torch.compiler.set_stance("fail_on_recompile")`;
 `log.trace_accepts` says which recompiled inputs guardsolve's own trace-exact guards accept.
+
+Both cost seconds (compiles, a trace), so they run lazily: when first read, or all at once by
+`log.check()`, with a progress line on stderr; PyTorch's own log output of those compiles (a
+refused option's ERROR traceback) is kept off stderr meanwhile. `print(log)` never runs them: it
+prints what is known (a check not run yet is one line saying how to run it). Not in the
+background: the replay sets `fail_on_recompile`, a process-wide stance that would fail the
+user's own compiled calls meanwhile.
 
 It hooks Dynamo's `convert_frame._compile` (a PyTorch internal, torch 2.13) for the block only.
 """
@@ -21,7 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import sys
+import warnings
 import time
 import types
 from dataclasses import dataclass, field
@@ -98,7 +106,7 @@ class RecompileLog:
 
     calls: list[Call] = field(default_factory=list)
     recompiles: list[Recompile] = field(default_factory=list)
-    announce: bool = True  # say on stderr when the suggestion is checked (it compiles again: seconds)
+    announce: bool = True  # say on stderr when the check runs (it compiles again and traces: seconds)
     suggestion_seconds: float | None = None  # how long checking the suggestion took (None: not yet)
     _suggestion: Any = field(default=None, repr=False)
     _trace: Any = field(default=None, repr=False)
@@ -118,21 +126,29 @@ class RecompileLog:
         return out
 
     @property
+    def checked(self) -> bool:
+        """Have the suggestion and the trace comparison run (`check()`)?"""
+        return not self.recompiles or (self._suggestion is not None and self._trace is not None)
+
+    def check(self) -> "RecompileLog":
+        """Check the suggestion and compare guardsolve's own trace now (seconds: compiles and a
+        trace), each once; returns the log, so `print(log.check())` prints it all."""
+        _ = self.suggestion, self.trace_accepts
+        return self
+
+    @property
     def suggestion(self) -> Suggestion | None:
         """The mark_dynamic / dynamic=True change that avoids the recompiles, checked by a replay.
 
-        The check compiles again (each option, replaying the recorded calls): it runs once, on
-        first use, and says so on stderr (`announce`), with how long it took."""
+        The check compiles again (each option, replaying the recorded calls): it runs once, when
+        first read, and says so on stderr (`announce`), with how long it took."""
         if self._suggestion is None and self.recompiles:
-            if self.announce:
-                print("guardsolve: checking the suggestion by compiling again...", end="", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
             try:
-                self._suggestion = suggest(self) or False
+                with self._progress("checking the suggestion by compiling again"), quiet_torch_logs():
+                    self._suggestion = suggest(self) or False
             finally:
                 self.suggestion_seconds = time.perf_counter() - t0
-                if self.announce:
-                    print(f" {self.suggestion_seconds:.1f} s", file=sys.stderr, flush=True)
         return self._suggestion or None
 
     @property
@@ -140,8 +156,22 @@ class RecompileLog:
         """The recompiled inputs that guardsolve's own trace of the first call accepts (its
         guards are exact to the trace, so that one trace serves them)."""
         if self._trace is None:
-            self._trace = _trace_accepts(self)
+            with self._progress("tracing the first call with guardsolve") if self.recompiles else \
+                    contextlib.nullcontext(), quiet_torch_logs():
+                self._trace = _trace_accepts(self)
         return self._trace
+
+    @contextlib.contextmanager
+    def _progress(self, label: str) -> Iterator[None]:
+        """`guardsolve: LABEL... 1.2 s` on stderr around a step (`announce`), on a line of its own."""
+        if self.announce:
+            print(f"guardsolve: {label}...", end="", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.announce:
+                print(f" {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
 
     def __str__(self) -> str:
         n = len(self.recompiles)
@@ -150,12 +180,47 @@ class RecompileLog:
         if self.recompiles:
             lines.append("caused by:")
             lines += [f"  {k}: {v}" for k, v in sorted(self.causes().items(), key=lambda kv: -kv[1])]
-            s = self.suggestion
-            lines.append(f"suggestion: {s}" if s else "suggestion: none found (no mark_dynamic or dynamic=True avoids them)")
-            if self.trace_accepts:
+            # NOTE: printing never compiles or traces (seconds): what is not checked yet says how
+            if self._suggestion is None:
+                lines.append(f"suggestion: not checked yet (print(log.check()) checks it: it compiles again and "
+                             f"replays the {_replayed(self)} compiling calls under fail_on_recompile, seconds)")
+            else:
+                s = self._suggestion
+                lines.append(f"suggestion: {s}" if s else
+                             "suggestion: none found (no mark_dynamic or dynamic=True avoids them)")
+            if self._trace:
                 lines.append("guardsolve's trace-exact guards of the first call accept:")
-                lines += [f"  {t}" for t in self.trace_accepts]
+                lines += [f"  {t}" for t in self._trace]
         return "\n".join(lines)
+
+
+def _replayed(log: RecompileLog) -> int:
+    """How many calls the suggestion's check replays: those of the most compiled frame."""
+    by_code: dict[Any, int] = {}
+    for c in log.calls:
+        by_code[c.code] = by_code.get(c.code, 0) + 1
+    return max(by_code.values(), default=0)
+
+
+@contextlib.contextmanager
+def quiet_torch_logs() -> Iterator[None]:
+    """PyTorch's own log output and warnings kept off stderr while guardsolve compiles for
+    itself: an option Dynamo refuses logs an ERROR traceback on top of raising (we report the
+    error), and its lines would cut into our progress line. Every `torch.*` logger's level is
+    raised for the block and restored after (a logger made meanwhile inherits it)."""
+    loggers = [logging.getLogger("torch")] + [
+        lg for name, lg in logging.Logger.manager.loggerDict.items()
+        if name.startswith("torch.") and isinstance(lg, logging.Logger)]
+    levels = [(lg, lg.level) for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in levels:
+            lg.setLevel(level)
 
 
 def _explain_old(call: Call, first: Call | None) -> Frame | None:

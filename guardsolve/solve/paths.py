@@ -832,8 +832,25 @@ def implied_atoms(base: Any, paths: Sequence[Path], have: Sequence[Any], timeout
             solver.set("timeout", timeout_ms)
             solver.add(*background, z3.Or(routes), z3.Not(goal))
             if solver.check() == z3.unsat:
-                out.append((c.formula, c.prov if s is base.constraints else frozenset()))
+                out.append((c.formula, c.prov if s is base.constraints else
+                            _prov_in_base(base, goal, background, var, ctx, timeout_ms)))
     return out
+
+
+def _prov_in_base(base: Any, goal: Any, background: list[Any], var: Any, ctx: z3.Context,
+                  timeout_ms: int) -> frozenset[int]:
+    """The example's bailouts that a route's constraint follows from on the example's side (an
+    unsat core): the merged guard names the lines that ask it (DistilBERT's `attention_mask0 >= 2`
+    was a guard with no source)."""
+    solver = z3.Solver(ctx=ctx)
+    solver.set("timeout", timeout_ms)
+    solver.add(*background, z3.Not(goal))
+    for k, c in enumerate(base.constraints):
+        solver.assert_and_track(formula_to_z3(c.formula, var), z3.Bool(f"_base_{k}", ctx))
+    if solver.check() != z3.unsat:
+        return frozenset()
+    core = {str(m) for m in solver.unsat_core()}
+    return frozenset().union(*(c.prov for k, c in enumerate(base.constraints) if f"_base_{k}" in core))
 
 
 def _holds(text: str, point: Mapping[str, int]) -> bool:
