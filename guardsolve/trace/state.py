@@ -52,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dis
+import functools
 import enum
 import importlib.util
 import operator
@@ -669,12 +670,14 @@ def reachable_grad(fn: Any) -> str | None:
     return None
 
 
-def _all_global_names(code: types.CodeType) -> list[str]:
+@functools.lru_cache(maxsize=1024)
+def _all_global_names(code: types.CodeType) -> tuple[str, ...]:
+    """The global names `code` and its nested code load (a code object is immutable: cached)."""
     out = [i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"]
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
             out += _all_global_names(c)
-    return out
+    return tuple(dict.fromkeys(out))
 
 
 __all__ = ["is_state", "paused", "reachable_grad", "Leaf", "Read", "Recorder", "StateCheck", "recording"]

@@ -35,6 +35,7 @@ from guardsolve.guards.symbolic import Recorder, SymGuard, call_user
 from guardsolve.trace.local import Recorded
 from guardsolve.trace.state import paused
 from guardsolve.trace.why import Why, node_loc, node_op
+from guardsolve.trace.plain import PLAIN
 from guardsolve.trace.static import StaticGuard, layout_guard, tensor_guards
 from guardsolve.trace.tensor import TracedTensor, TracingMode, _presents_as_tracing, dtype_name, symint
 
@@ -145,10 +146,18 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     (`UnsupportedOpError`, `DataDependentError`; "the traced run fails where eager runs" when
     library code took another route under tracing).
     """
+    start = time.perf_counter()
     try:
-        start = time.perf_counter()
-        with paused_gc():  # NOTE: placeholders and the trace are many small acyclic objects
-            t = _trace(fn, example_inputs, value_guards)
+        while True:
+            try:
+                with paused_gc():  # NOTE: placeholders and the trace are many small acyclic objects
+                    t = _trace(fn, example_inputs, value_guards)
+                break
+            except TypeError as e:
+                # NOTE: PyTorch's parser rejected a traced value where it takes a plain one: a
+                # function learned once (`trace/plain.py`) takes its value decided; run again
+                if not PLAIN.learn(str(e)):
+                    raise
         t.seconds = time.perf_counter() - start
         return t
     except GuardsolveError as e:
@@ -320,7 +329,8 @@ def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards
     cached = torch.is_autocast_cache_enabled()
     torch.set_autocast_cache_enabled(False)
     try:
-        return _record(fn, example_inputs, value_guards, expect)
+        with PLAIN.installed():
+            return _record(fn, example_inputs, value_guards, expect)
     finally:
         torch.set_autocast_cache_enabled(cached)
 
