@@ -1,6 +1,6 @@
 """`guarded(fn, backend="inductor")` against torch.compile on workloads whose shapes change.
 
-    python benchmarks/jit.py [--quick] [--write]
+    python benchmarks/jit.py [--quick] [--write] [--restart]
 
 Per workload, three systems run the same calls in one process, one after another (the same
 model, copied): guardsolve's Inductor backend, torch.compile (Inductor) with `dynamic=None`
@@ -8,16 +8,19 @@ model, copied): guardsolve's Inductor backend, torch.compile (Inductor) with `dy
 torch.compile's counted by a backend that wraps `compile_fx`), the workload's wall time
 including every trace and compile, and the time of one call on a tiny input (the workload's
 first shape) and on a larger one, measured side by side (rounds interleave the systems; the
-best round counts). Eager's per-call time is given beside them. Then a second process reads
-guardsolve's cache directory and runs the MLP and GPT-2 workloads again: its traces, its
-compiles, and the time each entry took to load against the time it took to compile.
+best round counts). Eager's per-call time is given beside them. Then new processes read
+guardsolve's cache directory and run the MLP and GPT-2 workloads again (a restart): their
+traces and compiles, the first call's time (imports done, and from `import torch` on), and
+the time each entry took to load against the time it took to compile.
 
 One thread (`OMP_NUM_THREADS=1`, `torch.set_num_threads(1)`, one Inductor compile thread).
 The run uses a fresh Inductor cache directory (unless TORCHINDUCTOR_CACHE_DIR is set), so each
 compile is a real one; its one-off C++ header build is warmed up before the first workload, so
-no system pays it. The second process shares that (now warm) directory, as a server restarted
-on the same machine does, and imports Inductor before its timed loads. `--write` writes benchmarks/JIT.md with this command line; `--quick` runs two small
-workloads with fewer rounds (a smoke run).
+no system pays it. Each restart runs twice: on that (now warm) Inductor cache directory, as a
+server restarted on the same machine does, and on an empty one. `--write` writes
+benchmarks/JIT.md with this command line; `--quick` runs two small workloads with fewer rounds
+(a smoke run); `--restart` runs the restart rows alone (a minute or two; with `--write` they
+replace that part of JIT.md).
 """
 
 from __future__ import annotations
@@ -234,54 +237,75 @@ def run_workload(w: Workload, rounds: int, cache_dir: str | None) -> dict[str, A
 SECOND = """
 import json, os, sys, time, warnings
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-warnings.filterwarnings("ignore")
+t0 = time.perf_counter()
+import torch
+t_torch = time.perf_counter() - t0
+# NOTE: what a restart imports of guardsolve, first (the workloads' models import parts of it)
 sys.path.insert(0, {root!r}); sys.path.insert(0, {here!r})
-import torch, guardsolve
+t0 = time.perf_counter()
+import guardsolve.jit.cache, guardsolve.jit.kernels, guardsolve.jit.portable, guardsolve.jit.store
+t_guardsolve = time.perf_counter() - t0
+warnings.filterwarnings("ignore")
+import guardsolve
 from jit import workloads
 torch.set_num_threads(1)
-# NOTE: the process's one-off set-up for loading any artifact (imports, Inductor's runtime),
-# measured by loading a trivial artifact the first process saved, apart from the entries' loads
-t0 = time.perf_counter()
-from guardsolve.jit.inductor import load_artifact
-load_artifact(open(sys.argv[2], "rb").read())(torch.randn(3))
-out = {{"_setup_s": time.perf_counter() - t0}}
-for w in workloads(False):
-    if w.name not in {names!r}:
-        continue
-    torch.manual_seed(0)
-    fn = w.make()
-    g = guardsolve.guarded(fn, backend="inductor", cache_dir=sys.argv[1])
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        for s in w.shapes:
-            g(w.input(s))
-    i = g.cache_info()
-    compile_s = [v.compile_s for e in g.entries for v in e.variants]
-    out[w.name] = dict(traces=i.traces, compiles=i.compiles, loaded=i.loaded, load_s=i.load_seconds,
-                       compile_s=sum(compile_s), wall=time.perf_counter() - t0,
-                       per_entry=g._store.load_seconds if g._store else [], entry_compile=compile_s)
-print(json.dumps(out))
+w = next(w for w in workloads(False) if w.name == sys.argv[2])
+torch.manual_seed(0)
+fn = w.make()  # NOTE: the model's own imports (transformers) are not counted
+inputs = [w.input(s) for s in w.shapes]
+t1 = time.perf_counter()
+g = guardsolve.guarded(fn, backend="inductor", cache_dir=sys.argv[1])
+with torch.no_grad():
+    t2 = time.perf_counter()
+    g(inputs[0])
+    t3 = time.perf_counter()
+    for x in inputs[1:]:
+        g(x)
+t4 = time.perf_counter()
+i = g.cache_info()
+compile_s = [v.compile_s for e in g.entries for v in e.variants]
+print(json.dumps(dict(traces=i.traces, compiles=i.compiles, loaded=i.loaded, load_s=i.load_seconds,
+                      compile_s=sum(compile_s), import_torch=t_torch, first=t3 - t2, after_torch=t_guardsolve + t3 - t1,
+                      rest=t4 - t3, per_entry=g._store.load_seconds if g._store else [],
+                      inductor=len(g._store.through_inductor) if g._store else 0,
+                      compiler_imported="torch._inductor.compile_fx" in sys.modules)))
 """
 
 
-def trivial_artifact(path: str) -> None:
-    """A saved artifact of `x * 2 + 1`: the second process loads it first, to measure its one-off set-up."""
-    from torch.fx.experimental.proxy_tensor import make_fx
+def second_process(cache_dir: str, names: list[str]) -> list[dict[str, Any]]:
+    """Each workload in a new process on the cache directory, with Inductor's cache directory
+    warm (this run's) and empty (a new one): what a restarted server sees."""
+    code = SECOND.format(root=ROOT, here=HERE)
+    rows = []
+    for name in names:
+        for inductor_cache in ("warm", "empty"):
+            env = dict(os.environ)
+            with tempfile.TemporaryDirectory(prefix="guardsolve-inductor-empty-") as empty:
+                if inductor_cache == "empty":
+                    env["TORCHINDUCTOR_CACHE_DIR"] = empty
+                out = subprocess.run([sys.executable, "-c", code, cache_dir, name], capture_output=True, text=True,
+                                     timeout=1200, env=env)
+            if out.returncode != 0:
+                raise SystemExit(f"the second process failed:\n{out.stderr[-3000:]}")
+            rows.append({"workload": name, "inductor_cache": inductor_cache,
+                         **json.loads(out.stdout.strip().splitlines()[-1])})
+    return rows
 
-    x = torch.randn(3)
-    gm = make_fx(lambda x: (x * 2 + 1,))(x)
-    art = torch._inductor.standalone_compile(gm, [x], dynamic_shapes="from_example_inputs")
-    art.save(path=path, format="binary")
 
-
-def second_process(cache_dir: str, names: list[str]) -> dict[str, Any]:
-    code = SECOND.format(root=ROOT, here=HERE, names=names)
-    warm = os.path.join(cache_dir, "trivial-artifact.bin")  # NOTE: beside the fingerprints' folders, never read by a store
-    trivial_artifact(warm)
-    out = subprocess.run([sys.executable, "-c", code, cache_dir, warm], capture_output=True, text=True, timeout=1200)
-    if out.returncode != 0:
-        raise SystemExit(f"the second process failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def restart_table(rows: list[dict[str, Any]]) -> list[str]:
+    out = ["A new process on the same cache directory (as a restarted server): its first call loads the saved "
+           "entries and runs Inductor's generated code and kernels without importing Inductor's compiler. "
+           "`first call`: the call alone (imports done); `after import torch`: guardsolve's imports, `guarded(...)` "
+           "and the first call (building the model and its own imports not counted; `import torch` itself is given "
+           "apart). The other calls follow, then:", "",
+           "| workload | Inductor's cache | traces | compiles | entries loaded (through Inductor's compiler) | "
+           "first call | after import torch | import torch | load time per entry | compile time of those entries |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['workload']} | {r['inductor_cache']} | {r['traces']} | {r['compiles']} | {r['loaded']} "
+                   f"({r['inductor']}) | {r['first']:.3f} s | {r['after_torch']:.2f} s | {r['import_torch']:.2f} s | "
+                   f"{', '.join(f'{x:.3f}' for x in r['per_entry'])} s | {r['compile_s']:.2f} s |")
+    return out
 
 
 def fmt_us(s: float) -> str:
@@ -317,11 +341,47 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+# NOTE: where the restart part of JIT.md starts (`--restart --write` replaces it)
+_RESTART_MARKS = ("A new process on the same cache directory", "A second process with the same cache directory",
+                  "(`python benchmarks/jit.py --restart")
+
+
+def restart_only(write: bool) -> None:
+    warm_up()
+    names = [w.name for w in workloads(False) if w.name.startswith(("MLP", "GPT-2"))]
+    with tempfile.TemporaryDirectory(prefix="guardsolve-jit-") as cache_dir:
+        for w in workloads(False):
+            if w.name in names:
+                torch.manual_seed(0)
+                g = guardsolve.guarded(w.make(), backend="inductor", cache_dir=cache_dir)
+                with torch.no_grad():
+                    for s in w.shapes:
+                        g(w.input(s))
+        rows = second_process(cache_dir, names)
+    lines = [f"(`python benchmarks/jit.py --restart{' --write' if write else ''}` on {datetime.date.today()}: this part "
+             "alone, its first process compiling with guardsolve only.)", "", *restart_table(rows)]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if write:
+        path = os.path.join(HERE, "JIT.md")
+        with open(path) as f:
+            old = f.read().splitlines()
+        cut = next((i for i, line in enumerate(old) if line.startswith(_RESTART_MARKS)), len(old))
+        with open(path, "w") as f:
+            f.write("\n".join([*old[:cut], *lines]) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="two small workloads, fewer rounds (a smoke run)")
     ap.add_argument("--write", action="store_true", help="write benchmarks/JIT.md")
+    ap.add_argument("--restart", action="store_true",
+                    help="the restart rows alone (guardsolve compiles the MLP and GPT-2 workloads, then new processes "
+                         "load them); with --write, they replace that part of benchmarks/JIT.md")
     args = ap.parse_args()
+    if args.restart:
+        restart_only(args.write)
+        return
     warm = warm_up()
     rounds = 3 if args.quick else 7
     with tempfile.TemporaryDirectory(prefix="guardsolve-jit-") as cache_dir:
@@ -337,16 +397,7 @@ def main() -> None:
              f"A fresh Inductor cache, warmed up first ({warm:.1f} s). Per-call times: the best of {rounds} interleaved rounds. "
              "Tiny and large calls are hits for every system (each was called once at that shape first).", ""]
     lines += table(rows) + ["", "Targets (compiles ≤ dynamic=True and < default; wall ≤ default; tiny ≤ 0.5×; large ≤ 1.1×):", ""]
-    setup = second.pop("_setup_s")
-    lines += verdicts(rows) + ["", f"A second process with the same cache directory (its one-off set-up, imports and Inductor's "
-                               f"runtime, measured by loading a trivial artifact first: {setup:.2f} s; the load times below "
-                               "are each entry's own):", "",
-                               "| workload | traces | compiles | entries loaded | load time | compile time of those entries | load / compile |",
-                               "|---|---|---|---|---|---|---|"]
-    for name, s in second.items():
-        ratio = s["load_s"] / s["compile_s"] if s["compile_s"] else float("nan")
-        lines.append(f"| {name} | {s['traces']} | {s['compiles']} | {s['loaded']} | {s['load_s']:.3f} s "
-                     f"({', '.join(f'{x:.3f}' for x in s['per_entry'])}) | {s['compile_s']:.2f} s | {ratio:.3f} |")
+    lines += verdicts(rows) + [""] + restart_table(second)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:

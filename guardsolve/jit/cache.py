@@ -606,6 +606,7 @@ class GuardedFunction:
             for e in loaded:
                 bind_state(e)
             self._log.extend(f"cache_dir: ignored {why}" for why in store.skipped)
+            self._log.extend(f"cache_dir: loaded through Inductor's compiler: {why}" for why in store.through_inductor)
             if loaded:
                 self._entries = self._entries + tuple(loaded)
                 self._loaded_variants += sum(len(e.variants) for e in loaded)

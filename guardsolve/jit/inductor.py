@@ -36,7 +36,6 @@ import os
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import sympy
@@ -45,14 +44,14 @@ import z3
 
 from guardsolve.errors import GuardsolveError
 from guardsolve.ir.graph import Graph
-from guardsolve.jit.counter import Counter
 from guardsolve.ir.ops import Op
+from guardsolve.jit.variant import BackendGuard, Variant, runner
 from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
-from guardsolve.solve.guardset import Certificate, GuardSet
+from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
 from guardsolve.solve.smt import Vars
 from guardsolve.solve.tograph import emit_bailout
-from guardsolve.trace.replay import _lines, _spec_source
+from guardsolve.trace.replay import _lines
 from guardsolve.trace.static import StaticGuard
 from guardsolve.trace.tracer import Ref, Trace
 
@@ -88,56 +87,6 @@ _WHY: tuple[tuple[str, str], ...] = (
 )
 
 
-@dataclass(frozen=True)
-class BackendGuard:
-    """One assumption of the backend: its text over the inputs' names and what made it."""
-
-    text: str
-    why: str
-    kind: str  # "size" (a guard over sizes, simplified with the trace's) | "layout" (strides, offset)
-
-    def __str__(self) -> str:
-        return f"{self.text}  ({self.why})"
-
-
-@dataclass(eq=False)
-class Variant:
-    """One compiled artifact of a trace and its check (trace guards and backend guards, minimal
-    and proven). `run` takes the trace's inputs and returns the traced function's output."""
-
-    guards: GuardSet
-    run: Callable[..., Any]
-    backend: tuple[BackendGuard, ...]
-    compile_s: float
-    certificate: Certificate | None
-    artifact: bytes | None = field(default=None, repr=False)  # the saved artifact, for the store
-    exact_example: bool = False  # a guard could not be translated: the variant serves its example's sizes only
-    loaded: bool = False
-    plain: bool = False  # no mutation, no output aliasing an input: Inductor's call is run directly
-    _hits: Counter = field(default_factory=Counter, repr=False)
-    # NOTE: the compiled check, bound once: every call of the guarded function reads it
-    check: Callable[..., bool] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        c = self.guards._check
-        assert c is not None
-        self.check = c
-
-    @property
-    def hits(self) -> int:
-        return self._hits.value
-
-    def explain(self) -> str:
-        """Both parts of the check with their sources: the trace's lines, and what Inductor assumed."""
-        out = [self.guards.explain()]
-        if self.backend:
-            out.append("assumed by the backend (read back from its ShapeEnv, simplified with the trace's guards):")
-            out += [f"    {g}" for g in self.backend]
-        if self.exact_example:
-            out.append("a backend guard could not be translated: this variant serves its example's sizes only")
-        return "\n".join(out)
-
-
 # -- the trace as one flat program ----------------------------------------------------------------
 
 
@@ -164,35 +113,6 @@ def flat_program(t: Trace) -> tuple[Callable[..., Any], list[str], list[str], li
     src = "\n".join([f"def program({', '.join(inputs + consts)}):"] + [f"    {b}" for b in body])
     exec(compile(src, "<guardsolve inductor program>", "exec"), ns)
     return ns["program"], inputs, consts, outs
-
-
-def runner(artifact: Callable[..., Any], inputs: Sequence[str], consts: Sequence[torch.Tensor],
-           outs: Sequence[str], out_spec: Any, boxed: bool = False) -> Callable[..., Any]:
-    """`run(*inputs)`: the artifact over the inputs and the constants, its flat outputs rebuilt
-    into the traced function's output structure. `boxed`: the artifact takes one list (Inductor's
-    own calling convention, `direct_call`).
-
-    >>> r = runner(lambda a, c: [a + c], ["a"], [torch.ones(1)], ["v0"], {"y": Ref("v0")})
-    >>> r(torch.ones(1))
-    {'y': tensor([2.])}
-    """
-    ns: dict[str, Any] = {"_art": artifact}
-    cnames = []
-    for i, c in enumerate(consts):
-        ns[f"_c{i}"] = c
-        cnames.append(f"_c{i}")
-    result = _spec_source(out_spec, ns)
-    got = "".join(f"{o}, " for o in outs)
-    args = ", ".join([*inputs, *cnames])
-    call = f"_art([{args}])" if boxed else f"_art({args})"
-    lines = [f"def run({', '.join(inputs)}):",
-             f"    {got} = {call}" if outs else f"    {call}",
-             f"    return {result}"]
-    src = "\n".join(lines)
-    exec(compile(src, "<guardsolve inductor run>", "exec"), ns)
-    fn = ns["run"]
-    fn.__source__ = src
-    return fn
 
 
 # -- compiling ----------------------------------------------------------------------------------
@@ -820,7 +740,21 @@ def _variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static: Sequen
     cert = gs.verify(timeout_ms=max(timeout_ms, 10000))
     call = direct_call(artifact, len(outs)) if plain else None
     run = runner(call or artifact, inputs, consts, outs, t.out_spec, boxed=call is not None)
-    return Variant(gs, run, tuple(backend), compile_s, cert, data, exact, plain=plain)
+    return Variant(gs, run, tuple(backend), compile_s, cert, data, exact, plain=plain,
+                   direct=None if data is None else _direct(call))
+
+
+def _direct(call: Callable[..., Any] | None) -> dict[str, Any] | str:
+    """What a later process needs to run `call` without importing Inductor (`jit/kernels.py`), or
+    why it cannot (it then loads the artifact through Inductor)."""
+    from guardsolve.jit.kernels import NotDirect, capture
+
+    if call is None:
+        return "Inductor's runtime wrapper runs it (its graph mutates an input or returns an alias of one)"
+    try:
+        return capture(call)
+    except NotDirect as e:
+        return str(e)
 
 
 def _artifact_bytes(artifact: Any) -> bytes:

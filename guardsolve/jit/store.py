@@ -4,9 +4,15 @@ Each compiled variant is one file, `PATH/<fingerprint>/<entry>-<variant>.gse`, w
 atomically (a temporary file in the same folder, then `os.replace`), so two processes sharing
 the folder never read half a file. A file holds a header, the SHA-256 of its payload and the
 payload: the variant's check (its minimal guards, static guards and what the backend assumed,
-with their proof), the artifact Inductor saved, and how to call it (the inputs' names, the
-state check (`jit/portable.py`: where each tensor the entry reads lives, by module path or
-cell), the output structure).
+with their proof), the artifact Inductor saved, Inductor's generated code with its built
+kernels (`jit/kernels.py`), and how to call it (the inputs' names, the state check
+(`jit/portable.py`: where each tensor the entry reads lives, by module path or cell), the
+output structure).
+
+A later process runs the generated code and kernels without importing Inductor's compiler; it
+loads the artifact through Inductor (`CompiledArtifact.load`: seconds, and gcc where Inductor's
+own cache is cold) only where that does not apply (another CPU, a graph that needs Inductor's
+runtime wrapper), saying why in `Store.through_inductor`.
 
 The fingerprint (the folder's name) covers the format, the torch build, Python's version,
 fn's code (a module's classes' source, or a function's code objects) and, for a module, the
@@ -14,8 +20,8 @@ names, shapes and dtypes of its parameters and buffers. A later process reads on
 folder of its own fingerprint. A file that is truncated, corrupted, from another fingerprint,
 or whose artifact does not load is ignored with a reason (`Store.skipped`), never used.
 
-The folder is trusted as Inductor's own cache folder is: its files are pickles and generated
-C++ that run on load. Do not point `cache_dir` at a folder others can write.
+The folder is trusted as Inductor's own cache folder is: its files are pickles, generated code
+and built libraries that run on load. Do not point `cache_dir` at a folder others can write.
 
 >>> fingerprint(lambda x: x + 1) == fingerprint(lambda x: x + 1)
 True
@@ -25,10 +31,12 @@ False
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import inspect
 import io
+import linecache
 import os
 import pickle
 import sys
@@ -36,7 +44,7 @@ import tempfile
 import time
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -45,7 +53,9 @@ from guardsolve.jit.portable import code_digest as _code_digest
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.trace.static import StaticGuard
 
-FORMAT = b"guardsolve-entry-2\n"  # NOTE: 2: the state check is saved with each variant
+# NOTE: 2: the state check is saved with each variant; 3: Inductor's generated code and built
+# kernels too (`jit/kernels.py`), run without importing Inductor
+FORMAT = b"guardsolve-entry-3\n"
 _GUARDSET_FIELDS = ("constraints", "graph", "dims", "sizes", "signature", "implied", "undecided", "tautologies",
                     "value_guards", "static", "params", "widened")
 
@@ -60,6 +70,51 @@ def _source_of(obj: Any) -> str | None:
         return None
 
 
+def _class_sources(classes: Iterable[type]) -> dict[type, str | None]:
+    """Each class's source (its decorators and body), each file parsed once: `inspect.getsource`
+    parses a class's whole file again for each class (DistilBERT's 36 modules: 0.49 s of a
+    restart's first call)."""
+    out: dict[type, str | None] = {}
+    files: dict[str, list[type]] = {}
+    for cls in dict.fromkeys(classes):
+        try:
+            path = inspect.getsourcefile(cls)
+        except TypeError:
+            path = None
+        if path is None:
+            out[cls] = None
+        else:
+            files.setdefault(path, []).append(cls)
+    for path, group in files.items():
+        module = sys.modules.get(group[0].__module__)
+        lines = linecache.getlines(path, getattr(module, "__dict__", None))
+        try:
+            nodes = _class_nodes(ast.parse("".join(lines)), "", {})
+        except (SyntaxError, ValueError):
+            nodes = {}
+        for cls in group:
+            node = nodes.get(cls.__qualname__)
+            if node is None:
+                out[cls] = None
+                continue
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            out[cls] = "".join(lines[start - 1:node.end_lineno])
+    return out
+
+
+def _class_nodes(node: ast.AST, prefix: str, found: dict[str, ast.ClassDef]) -> dict[str, ast.ClassDef]:
+    """The class definitions under `node` by qualified name (the first of a name, as `inspect` finds it)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.ClassDef):
+            found.setdefault(prefix + child.name, child)
+            _class_nodes(child, f"{prefix}{child.name}.", found)
+        elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            _class_nodes(child, f"{prefix}{child.name}.<locals>.", found)
+        elif isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+            _class_nodes(child, prefix, found)
+    return found
+
+
 def fingerprint(fn: Callable[..., Any]) -> str:
     """What an entry was compiled for: the format, torch's build, Python, fn's code and, for a
     module, its parameters' and buffers' names, shapes and dtypes (hex, 24 digits)."""
@@ -67,11 +122,13 @@ def fingerprint(fn: Callable[..., Any]) -> str:
     h.update(FORMAT)
     h.update(f"{torch.__version__} {getattr(torch.version, 'git_version', '')} {sys.version_info[:3]}".encode())
     if isinstance(fn, torch.nn.Module):
-        for name, m in fn.named_modules():
+        modules = list(fn.named_modules())
+        sources = _class_sources(type(m) for _, m in modules)
+        for name, m in modules:
             cls = type(m)
             # NOTE: not the module's name: a class run as __main__ and imported is the same code
             h.update(f"{name}:{cls.__qualname__}".encode())
-            src = _source_of(cls)
+            src = sources[cls]
             if src is not None:
                 h.update(src.encode())
             elif hasattr(cls.forward, "__code__"):
@@ -187,6 +244,9 @@ class Store:
     modules: Sequence[torch.nn.Module] | None = None
     skipped: list[str] = field(default_factory=list)  # files ignored on load, with why
     load_seconds: list[float] = field(default_factory=list)  # per variant loaded
+    # NOTE: variants loaded through Inductor (`CompiledArtifact.load`, which imports its compiler),
+    # with why their generated code could not run without it
+    through_inductor: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.folder = os.path.join(self.root, fingerprint(self.fn))
@@ -230,7 +290,8 @@ class Store:
                    "compile_s": variant.compile_s, "certificate": variant.certificate,
                    "exact_example": variant.exact_example, "inputs": inputs, "consts": consts, "outs": outs,
                    "state": spec,
-                   "out_spec": t.out_spec, "artifact": variant.artifact, "plain": variant.plain, "saved": time.time()}
+                   "out_spec": t.out_spec, "artifact": variant.artifact, "plain": variant.plain,
+                   "direct": variant.direct, "saved": time.time()}
         try:
             data = dumps(payload)
         except (pickle.PicklingError, TypeError, AttributeError) as e:
@@ -240,8 +301,8 @@ class Store:
 
     def load(self, namespace: Mapping[str, Any]) -> list["Loaded"]:
         """The entries of this fingerprint, each with the variants that load; the rest in `skipped`."""
-        from guardsolve.jit.inductor import Variant, direct_call, load_artifact, runner
         from guardsolve.jit.portable import restore_state
+        from guardsolve.jit.variant import Variant, runner
 
         if not os.path.isdir(self.folder):
             return []
@@ -266,9 +327,11 @@ class Store:
                 gs = _rebind(p["guards"], namespace)
                 consts = [c[1] if c[0] == "value" else _tensor_or_empty(state.leaves[c[1]].expect)
                           for c in p["consts"]]
-                art = load_artifact(p["artifact"])
-                call = direct_call(art, len(p["outs"])) if p.get("plain") else None
-                run = runner(call or art, p["inputs"], consts, p["outs"], p["out_spec"], boxed=call is not None)
+                call, why = _direct(p)
+                boxed = call is not None
+                if call is None:
+                    call, boxed = self._through_inductor(name, p, why)
+                run = runner(call, p["inputs"], consts, p["outs"], p["out_spec"], boxed=boxed)
             except Exception as e:  # NOTE: any failure ignores this file, with its reason; none is used
                 self.skipped.append(f"{name}: {type(e).__name__}: {e}")
                 continue
@@ -280,6 +343,30 @@ class Store:
                                                  const_leaves=leaves)
             e.variants.append(v)
         return list(entries.values())
+
+
+    def _through_inductor(self, name: str, p: Mapping[str, Any], why: str) -> tuple[Callable[..., Any], bool]:
+        """The variant's artifact loaded by Inductor (it imports the compiler, and rebuilds the C++
+        where Inductor's cache is cold) and whether it takes one list (its generated `call`)."""
+        from guardsolve.jit.inductor import direct_call, load_artifact
+
+        art = load_artifact(p["artifact"])
+        self.through_inductor.append(f"{name} ({why})")
+        call = direct_call(art, len(p["outs"])) if p.get("plain") else None
+        return (art, False) if call is None else (call, True)
+
+
+def _direct(p: Mapping[str, Any]) -> tuple[Callable[[list[Any]], Any] | None, str]:
+    """The variant's generated code run without Inductor (`jit/kernels.py`), or None and why not."""
+    saved = p.get("direct")
+    if not isinstance(saved, dict):
+        return None, saved if isinstance(saved, str) else "saved without its generated code"
+    from guardsolve.jit.kernels import NotDirect, load
+
+    try:
+        return load(saved), ""
+    except NotDirect as e:
+        return None, str(e)
 
 
 @dataclass

@@ -1,0 +1,145 @@
+"""A restart: a new process serves saved Inductor entries without importing Inductor's compiler.
+
+The first process (this one) compiles a small MLP with `cache_dir`; a second process (a
+subprocess, with an empty Inductor cache directory) loads the entry and serves its calls with
+no trace and no compile, running Inductor's generated code and kernels (`jit/kernels.py`).
+Where that does not apply (another CPU, a kernel that does not load) the artifact is loaded
+through Inductor instead, with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+import torch
+
+import guardsolve
+from guardsolve.jit import kernels
+from guardsolve.jit.kernels import NotDirect
+
+ROOT = pathlib.Path(__file__).parent.parent
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, Any]:
+    """A cache directory holding the MLP's one entry, and its variant as compiled here."""
+    folder = tmp_path_factory.mktemp("cache")
+    fast = guardsolve.guarded(_mlp(), backend="inductor", cache_dir=str(folder))
+    with torch.no_grad():
+        fast(torch.randn(8, 16))
+    assert fast.cache_info().compiles == 1
+    return folder, fast.entries[0].variants[0]
+
+
+SECOND = textwrap.dedent("""
+    import json, sys
+    import torch, guardsolve
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+    fast = guardsolve.guarded(m, backend="inductor", cache_dir=sys.argv[1])
+    same = []
+    with torch.no_grad():
+        for b in (8, 1, 0, 5):
+            x = torch.randn(b, 16)
+            same.append(torch.allclose(fast(x), m(x), atol=1e-5))
+        first = fast.cache_info()
+        modules = sorted(n for n in ("torch._inductor", "torch._inductor.compile_fx", "torch._dynamo", "sympy")
+                         if n in sys.modules)
+        v = fast.entries[0].variants[0]
+        strided = v.check(torch.randn(3, 32)[:, ::2])  # NOTE: strides Inductor did not compile for
+        m[2].weight = torch.nn.Parameter(torch.randn(8, 32))  # NOTE: a swapped weight: served, no compile
+        x = torch.randn(3, 16)
+        same.append(torch.allclose(fast(x), m(x), atol=1e-5))
+    i = fast.cache_info()
+    print(json.dumps(dict(traces=i.traces, compiles=i.compiles, loaded=i.loaded, hits=i.hits, same=same,
+                          modules=modules, strided=strided, reasons=list(i.miss_reasons),
+                          first=[first.traces, first.compiles, first.hits])))
+""")
+
+
+def test_a_second_process_serves_the_saved_entry_without_importing_inductor(
+        saved: tuple[pathlib.Path, Any], tmp_path: pathlib.Path) -> None:
+    """The second process, with Inductor's own cache directory empty, loads the entry and serves
+    batches 8, 1, 0 and 5 and a swapped weight with 0 traces and 0 compiles, equal to eager;
+    torch._inductor (compile_fx included), torch._dynamo and sympy are never imported, nothing
+    is written to Inductor's cache, and the loaded check still rejects strides it was not
+    compiled for."""
+    folder, _ = saved
+    empty = tmp_path / "inductor-cache"
+    empty.mkdir()
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(empty), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", SECOND, str(folder)], capture_output=True, text=True, timeout=600,
+                         env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["first"] == [0, 0, 4] and (r["traces"], r["compiles"], r["loaded"], r["hits"]) == (0, 0, 1, 5), r
+    assert all(r["same"]), r
+    assert r["modules"] == [], r  # NOTE: no compiler, no Dynamo: only torch and what the code needs
+    assert r["strided"] is False
+    assert not any("through Inductor" in m or "ignored" in m for m in r["reasons"]), r["reasons"]
+    assert list(empty.iterdir()) == []
+
+
+def test_where_the_kernels_do_not_apply_the_artifact_loads_through_inductor(
+        saved: tuple[pathlib.Path, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if on another CPU (one lacking a feature the kernels were built with): the entry loads
+    through Inductor's own `CompiledArtifact.load`, serves with no trace and no compile, and the
+    reason is in `miss_reasons`."""
+    folder, variant = saved
+    assert isinstance(variant.direct, dict)
+    machine, cpu = kernels._cpu()
+    monkeypatch.setattr(kernels, "_cpu", lambda: (machine, cpu - {sorted(variant.direct["cpu"])[0]}))
+    m = _mlp()
+    fast = guardsolve.guarded(m, backend="inductor", cache_dir=str(folder))
+    with torch.no_grad():
+        for b in (4, 1):
+            x = torch.randn(b, 16)
+            assert torch.allclose(fast(x), m(x), atol=1e-5)
+    i = fast.cache_info()
+    assert (i.traces, i.compiles, i.loaded, i.hits) == (0, 0, 1, 2)
+    assert any("loaded through Inductor's compiler" in r and "built for another CPU" in r for r in i.miss_reasons), \
+        i.miss_reasons
+
+
+def test_a_direct_load_refuses_what_was_not_saved(saved: tuple[pathlib.Path, Any]) -> None:
+    """`kernels.load` raises NotDirect (never runs something else) for a library that does not
+    load, for code that builds a kernel other than the saved one, and for another machine; the
+    saved data itself loads and equals Inductor's own call."""
+    _, variant = saved
+    direct = variant.direct
+    call = kernels.load(direct)
+    args = [torch.randn(5, 16), *(p.detach() for p in _mlp().parameters())]
+    want = variant.run.__globals__["_art"](list(args))
+    assert torch.equal(call(list(args))[0], want[0])
+    (key, (entry, data)), = direct["kernels"].items()
+    with pytest.raises(NotDirect, match="do not load here"):
+        kernels.load({**direct, "kernels": {key: (entry, b"not a shared library")}})
+    with pytest.raises(NotDirect, match="builds a kernel that was not saved"):
+        kernels.load({**direct, "source": direct["source"].replace("clamp_min", "clamp_max")})
+    with pytest.raises(NotDirect, match="built for another CPU"):
+        kernels.load({**direct, "machine": "riscv128"})
+
+
+def test_the_standins_match_inductors_names() -> None:
+    """Each stand-in replaces a name Inductor's modules still have (a torch upgrade that renames
+    one fails here, not in a restart); `_align` computes what Inductor's does."""
+    for module, names in kernels.standins(lambda key: None, {}).items():
+        mod = importlib.import_module(module)
+        for name in names:
+            assert hasattr(mod, name), f"{module}.{name}"
+    from torch._inductor.utils import _align
+
+    assert all(kernels._align(n) == _align(n) for n in range(0, 4096, 7))
