@@ -211,3 +211,50 @@ def test_warm_up_with_inductor_leaves_the_entries_compiled_and_saved(tmp_path: o
         x = torch.randn(5, 8)
         assert torch.allclose(again(x), net(x), atol=1e-5)
     assert again.last_call.how == "compiled" and again.cache_info().traces == 0
+    with torch.no_grad():
+        t = torch.randn(8, 5).t()  # NOTE: [5, 8], strides (1, 5): the trace fits, Inductor's layout does not
+        assert torch.allclose(f(t), net(t), atol=1e-5)
+    why = f.cache_info().miss_reasons[-2]
+    assert why.startswith("entry 0: its trace's guards hold; no compiled variant's check holds: variant 0: input.stride()"), why
+    assert "failed (found 1)" in why and f.last_call.how == "compiled" and f.last_call.variant == 1, (why, f.last_call)
+
+
+def test_a_call_that_cannot_be_traced_is_not_traced_again_at_its_signature() -> None:
+    runs = []
+
+    def branchy(x: torch.Tensor) -> torch.Tensor:
+        runs.append(1)
+        if x.sum().item() > 0:  # NOTE: a decision on data: DataDependentError without value_guards
+            return x * 2
+        return x - 1
+
+    f = guardsolve.guarded(branchy)
+    x = torch.randn(4, 3)
+    assert torch.equal(f(x), branchy(x))
+    first = len(runs)
+    assert f.last_call.how == "eager" and "DataDependentError" in f.last_call.why
+    for _ in range(3):
+        y = torch.randn(4, 3)
+        assert torch.equal(f(y), branchy(y))
+        assert f.last_call.how == "eager" and "DataDependentError" in f.last_call.why
+    assert len(runs) == first + 3 * 2  # NOTE: each later call runs fn once (and the check here once): no trace
+    f(torch.randn(5, 3))  # NOTE: another signature is tried again
+    assert len(runs) > first + 3 * 2 + 1
+    assert f.cache_info().eager_calls == 5
+
+
+def test_compiles_are_bounded(recwarn: pytest.WarningsRecorder) -> None:
+    def scale(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 + 1
+
+    f = guardsolve.guarded(scale, backend="inductor", max_compiles=2)
+    with torch.no_grad():
+        for shape in [(3,), (2, 3), (2, 3, 4), (2, 2, 2, 2), (5,)]:
+            x = torch.randn(*shape)
+            assert torch.equal(f(x), scale(x))
+    info = f.cache_info()
+    assert info.compiles == 2 and info.traces == 2, info
+    assert dict(info.eager_reasons) == {"the compile limit is reached (2 compiles: guarded(..., max_compiles=N) raises it)": 2}
+    assert f.last_call.how == "compiled"  # NOTE: [5] is served by the first variant
+    said = [str(w.message) for w in recwarn if "compile limit" in str(w.message)]
+    assert len(said) == 1

@@ -164,7 +164,7 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
     if not len(gs):
         lines.append("(no guards: every input of these ranks is accepted)")
     for k, c in enumerate(gs):
-        lines += c.lines()
+        lines += c.lines(full=info.verbose)  # NOTE: --verbose: every route of a long disjunction
         idle = info.idle.get(k)
         quiet = idle.sources if idle is not None else frozenset()
         seen: set[str] = set()

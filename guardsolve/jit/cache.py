@@ -277,7 +277,8 @@ class GuardedFunction:
 
     def __init__(self, fn: Callable[..., Any], max_entries: int = 8, evict: bool = False,
                  value_guards: bool = False, timeout_ms: int = 5000, miss_history: int = 32,
-                 explore: bool | int = True, backend: str = "replay", cache_dir: str | None = None):
+                 explore: bool | int = True, backend: str = "replay", cache_dir: str | None = None,
+                 max_compiles: int = 16):
         functools.update_wrapper(self, fn)
         if backend not in BACKENDS:
             raise ValueError(f"backend={backend!r}: choose one of {', '.join(map(repr, BACKENDS))}")
@@ -288,6 +289,7 @@ class GuardedFunction:
         self.cache_dir = cache_dir
         self.explore = explore
         self.max_entries = max_entries
+        self.max_compiles = max_compiles
         self.evict = evict
         self.value_guards = value_guards
         self.timeout_ms = timeout_ms
@@ -330,6 +332,10 @@ class GuardedFunction:
         # NOTE: calls that ran eagerly while another thread traced: their inputs (copied) and the
         # thread-local modes they ran in, keyed by what the guards read; traced in the background
         self._pending: dict[Any, tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...]]] = {}
+        # NOTE: signatures (`_signature`) whose trace failed, with why: their calls run eagerly
+        # without tracing again (a trace that compiles not is remembered by its entry's guards)
+        self._failed: dict[Any, str] = {}
+        self._warned_limit = False
 
     @property
     def entries(self) -> tuple[Entry, ...]:
@@ -483,6 +489,11 @@ class GuardedFunction:
                         warnings.warn(f"{getattr(self.fn, '__name__', 'function')}: guarded cache is full "
                                       f"({self.max_entries} entries); running eagerly", stacklevel=3)
                         self._warned = True
+            sig = self._signature(names, values) if why_eager is None else None
+            if why_eager is None and sig is not None and sig in self._failed:
+                why_eager = self._failed[sig]
+            if why_eager is None and self.backend == "inductor" and self._compiles.value >= self.max_compiles:
+                why_eager = self._limit()  # NOTE: a trace it could not compile: not even traced
             if why_eager is not None:
                 return self._run_eagerly(record, why_eager, args, kwargs)
             try:
@@ -503,8 +514,14 @@ class GuardedFunction:
             except EagerError:
                 raise  # NOTE: eager raises it too: the call's own error
             except GuardsolveError as e:
-                # NOTE: a data-dependent branch, an op the tracer does not know: eager serves it
-                return self._run_eagerly(record, f"cannot be traced: {type(e).__name__}: {_first_line(e)}", args, kwargs)
+                # NOTE: a data-dependent branch, an op the tracer does not know: eager serves it,
+                # and every later call of the same signature, without a trace
+                why = f"cannot be traced: {type(e).__name__}: {_first_line(e)}"
+                if sig is not None:
+                    if len(self._failed) >= _MAX_FAILED:
+                        del self._failed[next(iter(self._failed))]
+                    self._failed[sig] = why
+                return self._run_eagerly(record, why, args, kwargs)
             self._traces.inc()
             self._writes = 0
             if entry.trace.opaque or entry.trace.unreplayable is not None:
@@ -557,6 +574,9 @@ class GuardedFunction:
         from guardsolve.jit.inductor import CompileFailure, compile_variant
         from guardsolve.errors import SolverError
 
+        if self._compiles.value >= self.max_compiles:
+            entry.uncompiled = self._limit()  # NOTE: its calls in its guards run eagerly from now on
+            return None
         traced = values if entry.traced is None else tuple(values[i] for i in entry.traced)
         start = time.perf_counter()
         which = (f"variant {len(entry.variants)} of entry {self._entries.index(entry)}" if entry in self._entries
@@ -576,6 +596,14 @@ class GuardedFunction:
             entry.uncompiled = "the compiled variant's check rejects the inputs it was compiled at"
             return None
         return v
+
+    def _limit(self) -> str:
+        """The reason a call runs eagerly past `max_compiles`; a warning, once."""
+        why = f"the compile limit is reached ({self.max_compiles} compiles: guarded(..., max_compiles=N) raises it)"
+        if not self._warned_limit:
+            self._warned_limit = True
+            warnings.warn(f"{self._name()}: {why}; calls no compiled variant serves run eagerly", stacklevel=5)
+        return why
 
     def _save(self, entry: Entry, variant: Any) -> None:
         if self.cache_dir is None:
@@ -795,16 +823,10 @@ class GuardedFunction:
         """Keep a copy of a call that ran eagerly while another thread traced, and have the
         background trace it once the lock is free (at most `_MAX_PENDING` at a time, one per
         signature: the guards read only shapes, strides, dtypes, flags and pinned values)."""
-        key_parts: list[Any] = [names]
-        for v in values:
-            if isinstance(v, torch.Tensor):
-                key_parts.append((tuple(v.shape), v.stride(), v.dtype, v.device, v.requires_grad))
-            elif is_static_value(v):
-                key_parts.append(value_key(v))
-            else:
-                return
-        modes = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), autocast_state())
-        key = (tuple(key_parts), modes)
+        key = self._signature(names, values)
+        if key is None:
+            return
+        modes = key[1]
         with self._lock_pending:
             if key in self._pending or len(self._pending) >= _MAX_PENDING:
                 return
@@ -818,6 +840,23 @@ class GuardedFunction:
             if self._worker is None:
                 self._worker = threading.Thread(target=self._work, name=f"guardsolve:{self._name()}", daemon=True)
                 self._worker.start()
+
+    def _signature(self, names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
+        """What every guard of a call reads, as a key: names, each tensor's shape, strides,
+        dtype, device and requires_grad, each other argument's value, the thread's modes and
+        the module's training flags; None where an argument cannot be keyed by value."""
+        parts: list[Any] = [names]
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                parts.append((tuple(v.shape), v.stride(), v.storage_offset(), v.dtype, v.device, v.requires_grad))
+            elif is_static_value(v):
+                parts.append(value_key(v))
+            else:
+                return None
+        if self._modules is not None:
+            parts.append(tuple(m.training for m in self._modules))
+        modes = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), autocast_state())
+        return (tuple(parts), modes, torch.get_default_dtype())
 
     def _work(self) -> None:
         """The background: trace each queued call that no entry serves yet, one at a time,
@@ -935,6 +974,7 @@ _MISS = object()
 # NOTE: how a call was served, as `_tls.last` records it (`last_call` words it)
 _K_HIT, _K_EAGER, _K_TRACED, _K_VARIANT = "hit", "eager", "traced", "variant"
 _MAX_PENDING = 8
+_MAX_FAILED = 1024  # NOTE: signatures remembered as untraceable (the oldest dropped first)
 
 
 def _copied(v: Any) -> Any:
@@ -994,7 +1034,8 @@ def _first_line(e: BaseException) -> str:
 
 def guarded(fn: Callable[..., Any] | None = None, *, max_entries: int = 8, evict: bool = False,
             value_guards: bool = False, timeout_ms: int = 5000, miss_history: int = 32,
-            explore: bool | int = True, backend: str = "replay", cache_dir: str | None = None) -> Any:
+            explore: bool | int = True, backend: str = "replay", cache_dir: str | None = None,
+            max_compiles: int = 16) -> Any:
     """Decorator: cache traces of `fn` and reuse one whenever its guards accept the inputs.
 
     Each entry's guards are exact to its trace (`simplify`'s `explore`): a miss traces `fn`
@@ -1003,7 +1044,10 @@ def guarded(fn: Callable[..., Any] | None = None, *, max_entries: int = 8, evict
     route (fewer calls of `fn` per miss; more misses).
 
     Past `max_entries` a miss runs `fn` eagerly with a warning, or, with `evict=True`, drops the
-    least recently used entry. `miss_history` bounds `cache_info().miss_reasons` (the last
+    least recently used entry. Past `max_compiles` Inductor compiles (variants of all entries,
+    this process's), calls no variant serves run eagerly, with a warning once. A call that
+    cannot be traced is remembered by its signature (shapes, strides, dtypes, values, modes):
+    later calls of that signature run eagerly without a trace. `miss_history` bounds `cache_info().miss_reasons` (the last
     misses'). A solver timeout (`timeout_ms`) keeps the constraint it could not decide.
 
     `backend="replay"` (the default) replays a trace op by op; `backend="inductor"` compiles
@@ -1014,5 +1058,5 @@ def guarded(fn: Callable[..., Any] | None = None, *, max_entries: int = 8, evict
     """
     def wrap(f: Callable[..., Any]) -> GuardedFunction:
         return GuardedFunction(f, max_entries, evict, value_guards, timeout_ms, miss_history, explore, backend,
-                               cache_dir)
+                               cache_dir, max_compiles)
     return wrap(fn) if fn is not None else wrap

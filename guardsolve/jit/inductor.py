@@ -33,6 +33,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import os
+import re
 import tempfile
 import time
 import uuid
@@ -199,7 +200,9 @@ def _read_guards(se: ShapeEnv, fakes: Sequence[Any], t: Trace, dims: Mapping[str
     for leaf in leaves:
         text = _rename(leaf, t)
         if ".stride()" in leaf or ".storage_offset()" in leaf:
-            static.append(StaticGuard(text, text, text))
+            # NOTE: a miss reports the left side's value (`failed (found 1)`), not the comparison's
+            sides = re.split(r" (?:==|<=|>=|<|>|!=) ", text)
+            static.append(StaticGuard(text, text, sides[0] if len(sides) == 2 else text))
             backend.append(BackendGuard(text, "Inductor: the layout of a tensor input", "layout"))
             continue
         expr = parse_guard(leaf, symbol)
