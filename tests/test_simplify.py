@@ -384,3 +384,34 @@ def test_verify_goes_group_by_group_and_witnesses_break_only_their_guard() -> No
     doubled = guardsolve.GuardSet(gs.constraints + gs.constraints[:1], gs.graph, gs.dims, gs.sizes, None, set(), ())
     with pytest.raises(VerificationError, match="is implied by the other constraints"):
         doubled.verify()
+
+
+def test_guard_graph_without_a_trace_does_no_trace_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`simplify(graph)` on a guard graph of comparisons (`mixed-N`, the graph the benchmark's
+    `graph` section times beside ShapeEnv): no route is explored, no readable pass runs and no
+    z3 question is asked (union-find and the ordering layer decide it all); the result is the
+    minimal set, proven by `verify`. Issue 49: work a trace needs must not run here."""
+    import sys
+    from pathlib import Path
+
+    import guardsolve.solve.readable as readable_module
+    import guardsolve.solve.simplify as simplify_module
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from workloads import mixed_guard_graph
+
+    def forbidden(name: str):  # type: ignore[no-untyped-def]
+        def fail(*args, **kwargs):  # type: ignore[no-untyped-def]
+            raise AssertionError(f"{name} ran on a guard graph without a trace")
+        return fail
+
+    g = mixed_guard_graph(200)
+    with monkeypatch.context() as m:
+        m.setattr(simplify_module, "merge_paths", forbidden("merge_paths"))
+        m.setattr(readable_module, "readable", forbidden("readable"))
+        m.setattr(z3.Solver, "check", forbidden("z3.Solver.check"))
+        m.setattr(z3.Context, "__init__", forbidden("z3.Context()"))
+        gs = simplify(g)
+    assert len(gs) == 200 and gs.exploration is None and not gs.undecided
+    cert = gs.verify()
+    assert cert.equivalent and cert.irredundant
