@@ -21,10 +21,6 @@ settings.register_profile("long", derandomize=False, deadline=None, max_examples
                           suppress_health_check=[HealthCheck.too_slow])
 # NOTE: hypothesis's own `--hypothesis-profile` flag, when given, loads its profile after this
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-# NOTE: exploring other routes stops after a time budget by default; the tests (and the README
-# commands they run, in subprocesses that inherit this) take the probe budget alone, so their
-# guards do not depend on how loaded the machine is. tests/test_paths.py checks the budget itself.
-os.environ.setdefault("GUARDSOLVE_EXPLORE_BUDGET", "off")
 
 
 @pytest.fixture(autouse=True)

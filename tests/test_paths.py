@@ -379,45 +379,45 @@ def test_a_resnet_traced_at_batch_1_accepts_batch_2_found_on_the_far_side_of_its
         assert not gs.check(torch.randn(2, 4, 32, 32))
 
 
-def test_a_time_budget_probes_the_far_sides_and_the_0s_and_1s_first_and_says_what_it_left() -> None:
+def test_a_run_budget_probes_the_far_sides_and_the_0s_and_1s_first_and_says_what_it_left() -> None:
     from guardsolve.solve.paths import SMALL_TRACE
     from guardsolve.solve.simplify import merge_paths
 
-    # NOTE: two residual blocks before the resnet: more than SMALL_TRACE nodes, whose time
+    # NOTE: two residual blocks before the resnet: more than SMALL_TRACE nodes, whose run
     # budget does not grow with the routes found
     m = torch.nn.Sequential(_Block(3), _Block(3), _ResNet()).eval()
     with torch.no_grad():
         t = guardsolve.trace(m, torch.randn(1, 3, 32, 32))
         assert len(t.graph.nodes) > SMALL_TRACE
         base = guardsolve.simplify(t, explore=False, readable=False)
-        gs = merge_paths(t, base, seconds=0.0)
+        gs = merge_paths(t, base, runs=0)
     ex = gs.exploration
-    # NOTE: the far side of the example's `x0 == 1` and each dim at 0 and 1 came first, whatever the time
+    # NOTE: the far side of the example's `x0 == 1` and each dim at 0 and 1 came first, whatever the budget
     assert {"input0": 2, "input1": 3, "input2": 32, "input3": 32} in [dict(p.point) for p in gs.paths]
     tried = len(ex.paths) + len(ex.probes)
     assert tried >= 1 + 2 * 4 and ex.left > 0, ex.summary()
-    assert ex.summary().endswith(f"the time budget (0 ms) left {ex.left} queued points unexplored"), ex.summary()
+    assert ex.summary().endswith(f"the run budget (0 probes run) left {ex.left} queued points unexplored"), ex.summary()
 
 
-def test_a_small_traces_time_budget_goes_on_while_every_probe_finds_a_route() -> None:
-    """A trace of at most SMALL_TRACE nodes whose probes all find routes goes on past its time
-    budget (ROUTE_PROBES more probes' time per route): `torch.masked.var`'s 20 points are 20
-    routes, merged whole with a budget of 0 s past the first points (50 ms cut them at 8). The
-    resnet's probes find routes and rejections: its budget holds."""
+def test_a_small_traces_run_budget_goes_on_while_every_probe_finds_a_route() -> None:
+    """A trace of at most SMALL_TRACE nodes whose probes all find routes goes on past its run
+    budget (ROUTE_PROBES more runs per route): `torch.masked.var`'s 20 points are 20 routes,
+    merged whole with a budget of 0 runs past the first points. The resnet's probes find
+    routes and rejections: its budget holds."""
     from guardsolve.solve.paths import SMALL_TRACE
     from guardsolve.solve.simplify import merge_paths
 
     t = guardsolve.trace(lambda x: torch.masked.var(x, mask=None), torch.randn(5, 5, 5))
     assert len(t.graph.nodes) <= SMALL_TRACE
     base = guardsolve.simplify(t, explore=False, readable=False)
-    budgeted, unbounded = merge_paths(t, base, seconds=0.0), merge_paths(t, base)
+    budgeted, unbounded = merge_paths(t, base, runs=0), merge_paths(t, base)
     ex = budgeted.exploration
-    assert ex.left == 0 and not ex.out_of_time and not ex.probes, ex.summary()
+    assert ex.left == 0 and not ex.out_of_runs and not ex.probes, ex.summary()
     assert len(ex.paths) == len(unbounded.paths) >= 16, (ex.summary(), unbounded.exploration.summary())
     assert [c.text for c in budgeted] == [c.text for c in unbounded] == []
     m = _ResNet().eval()
     with torch.no_grad():
         r = guardsolve.trace(m, torch.randn(1, 3, 32, 32))
         assert len(r.graph.nodes) <= SMALL_TRACE
-        held = merge_paths(r, guardsolve.simplify(r, explore=False, readable=False), seconds=0.0).exploration
+        held = merge_paths(r, guardsolve.simplify(r, explore=False, readable=False), runs=0).exploration
     assert held.probes and held.left > 0, held.summary()

@@ -8,8 +8,8 @@ and real model the two are the same constraints: the replay runs each op as the 
 fresh trace records another node (a decision of the program's own answered otherwise, a size
 the program reads that is a constant there, or the other way round), and it rejects regions
 and spends its probe budget as a live exploration does. (Both are compared with the same probe
-budget and no time budget: `simplify`'s default also stops after a multiple of the example's
-own path's time, which makes what a run explores depend on the machine's load.)
+budget and no run budget: `simplify`'s default also stops after a number of probes run that
+the trace's size sets, `paths.run_budget`, which a live trace and a saved one spend differently.)
 
 One kind of route only a live trace finds: where the program branches to a route that leaves
 out ops that are identities there (`trace/identity.py`: GPT-2 at batch 1 skips an `expand` to
@@ -71,31 +71,30 @@ MODELS = _example("models").MODELS
 NEEDS_TRANSFORMERS = {"gpt2", "bert"}
 
 
-def _untimed(x: Any) -> guardsolve.GuardSet:
-    """`simplify(x)` with its default probe budget and no time budget (`simplify`'s default stops
-    exploring after a multiple of the example's own path's time: a wall clock, which a live
-    trace and a saved one spend differently)."""
+def _unbudgeted(x: Any) -> guardsolve.GuardSet:
+    """`simplify(x)` with its default probe budget and no run budget (`simplify`'s default stops
+    after `paths.run_budget` probes run, which a live trace and a saved one spend differently)."""
     from guardsolve.solve.simplify import merge_paths, readable_guards
 
-    return readable_guards(merge_paths(x, guardsolve.simplify(x, explore=False, readable=False), seconds=None))
+    return readable_guards(merge_paths(x, guardsolve.simplify(x, explore=False, readable=False), runs=None))
 
 
-def _out_of_time(gs: guardsolve.GuardSet) -> bool:
-    return bool(getattr(gs.exploration, "out_of_time", 0))
+def _out_of_runs(gs: guardsolve.GuardSet) -> bool:
+    return bool(getattr(gs.exploration, "out_of_runs", 0))
 
 
 def _guards(fn: Any, inputs: tuple[Any, ...]) -> tuple[guardsolve.GuardSet, guardsolve.GuardSet]:
-    """The live trace's guards (explored without a time budget; where `simplify`'s default ran to
+    """The live trace's guards (explored without a run budget; where `simplify`'s default ran to
     the end, it gives those guards too) and its text's, saved after exploring (`simplify`'s default)."""
     t = guardsolve.trace(fn, *inputs)
-    live = _untimed(t)  # NOTE: records in `t.graph` the routes only tracing again finds
+    live = _unbudgeted(t)  # NOTE: records in `t.graph` the routes only tracing again finds
     text = str(t.graph)
     parsed = guardsolve.Graph.parse(text)
     assert parsed == t.graph and str(parsed) == text
     saved = guardsolve.simplify(parsed)
-    assert not _out_of_time(saved)
+    assert not _out_of_runs(saved)
     by_default = guardsolve.simplify(t)
-    if not _out_of_time(by_default):
+    if not _out_of_runs(by_default):
         assert [c.text for c in by_default] == [c.text for c in live]
     assert str(t.graph) == text  # NOTE: exploring again records no route twice
     return live, saved

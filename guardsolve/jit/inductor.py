@@ -50,7 +50,7 @@ from guardsolve.jit.variant import BackendGuard, Variant, runner
 from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
-from guardsolve.solve.smt import Vars
+from guardsolve.solve.smt import Vars, limit
 from guardsolve.solve.tograph import emit_bailout
 from guardsolve.trace.replay import _lines
 from guardsolve.trace.static import StaticGuard
@@ -423,7 +423,7 @@ _TOLERANCE: dict[torch.dtype, tuple[float, float]] = {
 # uninitialized memory; a graph with one is compared in sizes and dtypes only
 _UNINITIALIZED = frozenset({"aten::empty", "aten::empty_like", "aten::new_empty", "aten::empty_strided",
                             "aten::new_empty_strided", "aten::empty_permuted"})
-_POINT_TIMEOUT_MS = 500  # z3's limit for one query of `_far_points`
+_POINT_TIMEOUT_MS = 500  # z3's work limit for one query of `_far_points` (`smt.limit`: a count, not a clock)
 _GROWTH_BUDGET = 4  # a far point's inputs hold at most this many times the example's elements (or 4096)
 _Outcome = tuple[list[torch.Tensor], list[torch.Tensor]]  # tensor outputs, tensor inputs after the call
 
@@ -601,7 +601,7 @@ def _far_points(gs: GuardSet, base: Mapping[str, int], fixed: set[str], cheap: C
     for least, grow in ((0, 0), (1, 0), (0, 1)):
         for halving in range(4 if grow else 1):
             o = z3.Optimize(ctx=ctx)
-            o.set("timeout", min(timeout_ms, _POINT_TIMEOUT_MS))
+            limit(o, min(timeout_ms, _POINT_TIMEOUT_MS))
             o.add(inside, *[var(d) == base[d] for d in fixed], *[var(d) >= least for d in moving])
             if grow:
                 o.add(*[var(d) <= base[d] + (base[d] + 2) // 2 ** halving for d in moving])

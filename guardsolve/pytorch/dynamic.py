@@ -30,7 +30,7 @@ from guardsolve.errors import InputMismatchError
 from guardsolve.guards.expr import FALSE, TRUE, Formula, Or, Poly, Rel, conjuncts, disj, substitute
 from guardsolve.ir.ops import Op
 from guardsolve.solve.constraint import Constraint, DimOrder, render_formula
-from guardsolve.solve.smt import formula_to_z3, reduce_component, z3_vars
+from guardsolve.solve.smt import formula_to_z3, limit, reduce_component, z3_vars
 
 MIN_DYNAMIC = 2  # torch.export specializes sizes 0 and 1 and assumes every dynamic size is >= 2
 TIMEOUT_MS = 2000
@@ -133,7 +133,7 @@ def _example(gs: Any, dynamic: Sequence[str], example: Any) -> tuple[dict[str, i
     var = z3_vars(ctx)
     for floor in (MIN_DYNAMIC, 0):
         s = z3.Solver(ctx=ctx)
-        s.set("timeout", TIMEOUT_MS)
+        limit(s, TIMEOUT_MS)
         s.add(gs.to_z3(ctx), *[var(d) >= (floor if d in dynamic else 0) for d in gs.dims if d in gs.sizes])
         if s.check() == z3.sat:
             m = s.model()
@@ -154,7 +154,7 @@ class _Ask:
         self.var = z3_vars(self.ctx)
         self.timeout_ms = timeout_ms
         self.s = z3.Solver(ctx=self.ctx)
-        self.s.set("timeout", timeout_ms)
+        limit(self.s, timeout_ms)
         self.s.add(*[formula_to_z3(f, self.var) for f in formulas], *[self.var(d) >= MIN_DYNAMIC for d in dyn])
         self.undecided: list[str] = []
 
@@ -433,7 +433,7 @@ def _sources(gs: Any, prov: frozenset[int]) -> tuple[str, ...]:
 def _witness(ask: _Ask, formulas: Sequence[Formula], i: int, e: Mapping[str, int], dyn: Sequence[str]) -> dict[str, int] | None:
     """An input the other guards accept and guard `i` rejects: one dim off the example when possible."""
     s = z3.Solver(ctx=ask.ctx)
-    s.set("timeout", ask.timeout_ms)
+    limit(s, ask.timeout_ms)
     s.add(*[ask.z(f) for j, f in enumerate(formulas) if j != i], *[ask.var(d) >= MIN_DYNAMIC for d in dyn],
           z3.Not(ask.z(formulas[i])))
     own = sorted(formulas[i].dims())

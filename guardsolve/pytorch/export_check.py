@@ -26,7 +26,7 @@ import z3
 
 from guardsolve.errors import GuardsolveError
 from guardsolve.pytorch.dynamic import MIN_DYNAMIC, ExportSpec, Member, render_point, render_spec
-from guardsolve.solve.smt import z3_vars
+from guardsolve.solve.smt import limit, z3_vars
 
 EAGER_LIMIT = 2 ** 24  # NOTE: elements per witness input; a larger one is not run eagerly
 
@@ -348,7 +348,7 @@ def _accepted_elsewhere(gs: Any, example: Mapping[str, int], pin: ExportPin, bef
     var = z3_vars(ctx)
     t = z3.Int("_t", ctx)  # NOTE: the class's root, so that its members move together as the spec had them
     s = z3.Solver(ctx=ctx)
-    s.set("timeout", 2000)
+    limit(s, 2000)
     s.add(gs.to_z3(ctx), *[var(d) == v for d, v in example.items() if d not in before.members],
           *[var(d) == a * t + b for d, (a, b) in before.members.items()], t >= before.lo,
           *([t <= before.hi] if before.hi is not None else []))

@@ -25,7 +25,7 @@ from guardsolve.ir.ops import DIM_OPS
 from guardsolve.ir.signature import Param
 from guardsolve.solve.codegen import MISSING, check_dims_source, check_source, compile_function
 from guardsolve.solve.constraint import Constraint
-from guardsolve.solve.smt import formula_to_z3, graph_to_z3, z3_vars
+from guardsolve.solve.smt import formula_to_z3, graph_to_z3, limit, z3_vars
 from guardsolve.trace.static import NAMESPACE as STATIC_NAMESPACE, StaticGuard
 
 
@@ -646,7 +646,7 @@ class GuardSet:
             base.update(self._model(ctx, background + [mine], dims, var, timeout_ms))
             for i in members:
                 s = z3.Solver(ctx=ctx)
-                s.set("timeout", timeout_ms)
+                limit(s, timeout_ms)
                 s.add(*background, *[parts[j] for j in members if j != i], z3.Not(parts[i]))
                 r = s.check()
                 c = self.constraints[i]
@@ -697,7 +697,7 @@ class GuardSet:
     @staticmethod
     def _model(ctx: z3.Context, facts: list[Any], dims: Sequence[str], var: Any, timeout_ms: int) -> dict[str, int]:
         s = z3.Solver(ctx=ctx)
-        s.set("timeout", timeout_ms)
+        limit(s, timeout_ms)
         s.add(*facts)
         r = s.check()
         if r != z3.sat:
@@ -709,7 +709,7 @@ class GuardSet:
     @staticmethod
     def _prove(ctx: z3.Context, premises: list[Any], goal: Any, what: str, timeout_ms: int) -> None:
         s = z3.Solver(ctx=ctx)
-        s.set("timeout", timeout_ms)
+        limit(s, timeout_ms)
         s.add(*premises, z3.Not(goal))
         r = s.check()
         if r == z3.sat:

@@ -39,16 +39,28 @@ from guardsolve.guards.expr import TRUE as _TRUE
 from guardsolve.guards.expr import Formula
 from guardsolve.solve.disjoin import disjoin, one_term_set
 from guardsolve.solve.disjoin import routes as _routes
-from guardsolve.solve.smt import formula_to_z3, z3_vars
+from guardsolve.solve.smt import formula_to_z3, limit, why_unknown, z3_vars
 
 VALUES = (0, 1)
 MAX_PROBES = 16  # points probed per trace, at most (each costs up to a trace)
 SMALL_TRACE = 40  # a trace of at most this many nodes is cheap to trace again: up to SMALL_PROBES
 SMALL_PROBES = 64
 ROUTE_PROBES = 4  # more probes a small trace takes for each route it finds, up to its cap
-ROUTE_RATE = 1  # a small trace's time budget goes on while one probe in this many finds a route
+ROUTE_RATE = 1  # a small trace's run budget goes on while one probe in this many finds a route
 TINY_TRACE = 12  # one op or two (a broadcast of three operands): every point queued, up to TINY_PROBES
+TINY_OPS = 2
 TINY_PROBES = 160
+# NOTE: past the points always probed, exploring stops once its probes have *run* (traced again
+# or replayed call by call; not those a rule stops on meta tensors, nor those known without a
+# run) RUN_WORK // nodes times, at least EXPLORE_RUNS (`run_budget`): a count, so the guards do
+# not depend on how loaded the machine is. A run costs about what the trace's nodes cost. It
+# replaced a time budget (twice the example's own trace and simplify, timed), which explored a
+# process's first, cold trace to the end and cut warm ones short: these constants explore the
+# small example nets and models to the end (a conv net of 25 nodes runs 20; its full
+# exploration runs 17) and stop GPT-2 and BERT (300 nodes) after their first points, as a warm
+# run's time budget did.
+EXPLORE_RUNS = 2
+RUN_WORK = 500
 WIDE_CLAUSES = 96  # raw clauses of every route's disjunction tried before picking routes
 MAX_PAIRS_UNITS = 12  # pairs of dims or classes at 1 are tried up to this many dims and classes
 MAX_DIMS = 32  # more input dims than this: not explored (the routes' disjunction grows too large)
@@ -119,16 +131,18 @@ class Exploration:
     # NOTE: of those, the ones a rule rejects on plain meta tensors (a fraction of a trace): outside
     # the probe budget, as a known region's points are
     stopped: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # NOTE: reported only: no decision reads the clock (`run_budget`)
     skipped: str | None = None  # why nothing was explored
-    left: int = 0  # points queued that the time budget left unexplored
-    out_of_time: float = 0.0  # the time budget that ran out (seconds), or 0
+    left: int = 0  # points queued that the run budget left unexplored
+    out_of_runs: int = 0  # the run budget that ran out (probes run), or 0
 
     def summary(self) -> str:
         """One line: how many points were tried, merged and rejected, and how each was decided.
 
         >>> Exploration(paths=[], probes=[], traces=1, replayed=2, seconds=0.004).summary()
         "tried 0 points (sizes 0 and 1, each decision's other side) in 4.0 ms: 0 merged, 0 rejected"
+        >>> Exploration(traces=0, replayed=7, left=65, out_of_runs=4).summary().split("; ")[-1]
+        'the run budget (4 probes run) left 65 queued points unexplored'
         """
         tried = len(self.paths) + len(self.probes)
         ran = self.traces + self.replayed
@@ -139,8 +153,8 @@ class Exploration:
                 f"{self.seconds * 1000:.1f} ms: "
                 f"{len(self.paths)} merged, {len(self.probes)} rejected" + (f"; {', '.join(how)}" if how else "")
                 + (f"; {self.skipped}" if self.skipped else "")
-                + (f"; the time budget ({self.out_of_time * 1000:.0f} ms) left {self.left} queued point"
-                   f"{'' if self.left == 1 else 's'} unexplored" if self.left else ""))
+                + (f"; the run budget ({self.out_of_runs} probe{'' if self.out_of_runs == 1 else 's'} run) left "
+                   f"{self.left} queued point{'' if self.left == 1 else 's'} unexplored" if self.left else ""))
 
 
 def _classes(base: Any) -> list[tuple[str, ...]]:
@@ -307,11 +321,33 @@ def _candidates(example: Mapping[str, int], units: Sequence[tuple[str, ...]], po
 Outcome = tuple
 
 
+def run_budget(graph: Graph) -> int | None:
+    """How many probes exploring tensor trace `graph` may run (counting those of its first
+    points, which always run): `RUN_WORK` nodes' worth, at least `EXPLORE_RUNS`; None (its probe
+    budget alone) for a trace of one op or two (at most `TINY_OPS` ops or `TINY_TRACE` nodes),
+    which probes a few ms a point. It reads the trace's size alone, never a clock.
+
+    >>> import torch, guardsolve
+    >>> m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+    ...                         torch.nn.Conv2d(8, 8, 3), torch.nn.Flatten(), torch.nn.Linear(8 * 5 * 5, 4))
+    >>> g = guardsolve.trace(m, torch.randn(2, 3, 16, 16)).graph
+    >>> len(g.nodes), run_budget(g)
+    (13, 38)
+    >>> run_budget(guardsolve.trace(lambda x: x.sin(), torch.randn(4)).graph) is None
+    True
+    """
+    ops = sum(1 for n in graph.nodes if n.op is Op.ATEN)
+    if len(graph.nodes) <= TINY_TRACE or ops <= TINY_OPS:
+        return None
+    return max(EXPLORE_RUNS, RUN_WORK // len(graph.nodes))
+
+
 def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | None = None,
-            seconds: float | None = None) -> Exploration:
+            runs: int | None = None) -> Exploration:
     """Trace `t.fn` again at the example with dims set to 0 and 1; the paths that record
     `t`'s trace, and the probes that do not. At most `limit` traces (None: 4 per dim or
-    class of equal dims, plus 4, at most `MAX_PROBES`). `reduce` simplifies one path's guard graph. A `Trace`
+    class of equal dims, plus 4, at most `MAX_PROBES`), and past the first points none once
+    `runs` probes have run (`run_budget`; None: no such budget). `reduce` simplifies one path's guard graph. A `Trace`
     without its function (or a tensor trace `Graph`: a saved one) replays its own ops with
     PyTorch's shape rules instead (`explore_saved`)."""
     from guardsolve.trace.local import LocalReplay
@@ -389,7 +425,7 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
     rng = torch.random.get_rng_state()
     try:
         _search(out, example, base, probe, reduce, limit, size=len(t.graph.nodes), widen=identities_here,
-                seconds=seconds)
+                runs=runs)
     finally:
         torch.random.set_rng_state(rng)  # NOTE: the probes' random ops leave the user's stream as it was
     # NOTE: what only tracing the function found goes into the trace's text (`ir.routes`), so
@@ -621,13 +657,13 @@ def _flips(gs: Any, point: Mapping[str, int]) -> list[dict[str, int]]:
 
 def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callable[[Mapping[str, int]], Outcome],
             reduce: Callable[[Graph], Any], limit: int | None, size: int = SMALL_TRACE + 1,
-            widen: Callable[[Mapping[str, int]], bool] | None = None, seconds: float | None = None) -> Exploration:
+            widen: Callable[[Mapping[str, int]], bool] | None = None, runs: int | None = None) -> Exploration:
     """The points to probe, in order (the far side of each decision of the example's path,
     each dim and class at 0 and 1, then mixes, then the neighbours of every route that merged
     and, in a small trace, the far sides of its decisions), skipping those a known route accepts or a known
     region rejects (unless `widen` says an op of the trace is an identity there, which a
     route may leave out); at most `limit` probes, and past the far sides and the 0s and 1s,
-    none started after `seconds`."""
+    none started once `runs` probes have run (traced again or replayed, not stopped by a rule)."""
     if len(example) > MAX_DIMS:
         out.skipped = f"{len(example)} input dims (more than {MAX_DIMS}: too many routes to try)"
         return out
@@ -639,7 +675,7 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     # batch 1 first, one traced at batch 1 batch 2; then each dim and class at 0 and 1
     queue = deque((flip, tuple(d for d in example if flip[d] != example[d])) for flip in _flips(base, example))
     queue.extend(_candidates(example, units, example))
-    # NOTE: these are always probed; the time budget applies to what comes after them
+    # NOTE: these are always probed; the run budget applies to what comes after them
     essential = len(queue)
     # NOTE: then mixes: every dim at 0, at 1, and each pair of dims or classes at 1, then at 0
     # (a route may need both: a broadcast of two size-1 operands)
@@ -667,17 +703,17 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
     # NOTE: regions known to record another trace: the decisions a probe made before it
     # diverged (or before a shape rule rejected its sizes) hold at every point of the region
     rejects: list[Graph] = []
-    # NOTE: a small trace's time budget goes on while its probes find routes, at least one probe
-    # in ROUTE_RATE (every probe, so far): past `seconds`, until ROUTE_PROBES probes (at the mean
-    # cost of those run so far) find none (`masked.var`'s 20 probes find 20 routes; a conv
-    # net's first probes find some and reject others: its time budget holds)
-    probe_s, probes_run, extra = 0.0, 0, 0.0  # NOTE: seconds spent probing, probes run, time allowed past `seconds`
+    # NOTE: a small trace's run budget goes on while its probes find routes, at least one probe
+    # in ROUTE_RATE (every probe, so far): past `runs`, until ROUTE_PROBES more runs find none
+    # (`masked.var`'s 20 probes find 20 routes; a conv net's first probes find some and reject
+    # others: its run budget holds)
+    probes_run, extra = 0, 0  # NOTE: probes started (stopped ones too), runs allowed past `runs`
     try:
         while queue and out.traces + out.replayed - out.stopped < budget and looked < 32 * budget:
-            if (seconds is not None and looked >= essential
-                    and time.perf_counter() - start > seconds + extra):
+            ran = out.traces + out.replayed - out.stopped
+            if runs is not None and looked >= essential and ran >= runs + extra:
                 out.left = len(queue)
-                out.out_of_time = seconds
+                out.out_of_runs = runs + extra
                 break
             point, changed = queue.popleft()
             key = tuple(sorted(point.items()))
@@ -698,11 +734,8 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
                 out.probes.append(Probe(point, changed, known.meta["why"], known.meta["probe"]))
                 continue
             before = out.replayed
-            began = time.perf_counter()
             got = probe(point)
-            ran = time.perf_counter() - began
             probes_run += 1
-            probe_s += ran
             replayed = out.replayed > before
             if got[0] == "other":
                 _, why, region = got
@@ -724,11 +757,9 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
             out.paths.append(Path(point, changed, gg, gs, replayed, got[2] if len(got) > 2 else ()))
             accepts.append(gs.check_dims)
             if small and limit is None:
-                probe_s += time.perf_counter() - began - ran  # NOTE: and its guards' simplify
                 budget = min(first + ROUTE_PROBES * len(out.paths), cap)
-                if seconds is not None and len(out.paths) * ROUTE_RATE >= probes_run:
-                    extra = (max(extra, time.perf_counter() - start - seconds)
-                             + ROUTE_PROBES * probe_s / probes_run)
+                if runs is not None and len(out.paths) * ROUTE_RATE >= probes_run:
+                    extra = max(extra, out.traces + out.replayed - out.stopped - runs) + ROUTE_PROBES
             queue.extend(_candidates(example, units, point))
             # NOTE: and, for a small trace (cheap to probe), the far side of each decision of the
             # route found, nearest its point: the routes beyond it
@@ -829,7 +860,7 @@ def implied_atoms(base: Any, paths: Sequence[Path], have: Sequence[Any], timeout
                 continue
             goal = formula_to_z3(c.formula, var)
             solver = z3.Solver(ctx=ctx)
-            solver.set("timeout", timeout_ms)
+            limit(solver, timeout_ms)
             solver.add(*background, z3.Or(routes), z3.Not(goal))
             if solver.check() == z3.unsat:
                 out.append((c.formula, c.prov if s is base.constraints else
@@ -843,7 +874,7 @@ def _prov_in_base(base: Any, goal: Any, background: list[Any], var: Any, ctx: z3
     unsat core): the merged guard names the lines that ask it (DistilBERT's `attention_mask0 >= 2`
     was a guard with no source)."""
     solver = z3.Solver(ctx=ctx)
-    solver.set("timeout", timeout_ms)
+    limit(solver, timeout_ms)
     solver.add(*background, z3.Not(goal))
     for k, c in enumerate(base.constraints):
         solver.assert_and_track(formula_to_z3(c.formula, var), z3.Bool(f"_base_{k}", ctx))
@@ -878,11 +909,11 @@ def prove_union(constraints: Sequence[Constraint], sets: Sequence[Sequence[Const
     for premise, goal, what in ((mine, union, "accepts an input no path accepts"),
                                 (union, mine, "rejects an input a path accepts")):
         s = z3.Solver(ctx=ctx)
-        s.set("timeout", timeout_ms)
+        limit(s, timeout_ms)
         s.add(*background, premise, z3.Not(goal))
         r = s.check()
         if r != z3.unsat:
-            return what if r == z3.sat else f"undecided ({s.reason_unknown()}): {what}?"
+            return what if r == z3.sat else f"undecided ({why_unknown(s)}): {what}?"
     return None
 
 
@@ -905,7 +936,7 @@ def solver_flip(formulas: Sequence[Formula], i: int, sizes: set[str], example: M
     if any(d not in example for d in dims):
         return None
     s = z3.Solver(ctx=ctx)
-    s.set("timeout", timeout_ms)
+    limit(s, timeout_ms)
     s.add(z3.Not(formula_to_z3(formulas[i], var)))
     s.add(*[formula_to_z3(f, var) for j, f in enumerate(formulas) if j != i])
     s.add(*[var(d) >= 0 for d in dims if d in sizes])

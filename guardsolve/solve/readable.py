@@ -35,7 +35,7 @@ import z3
 
 from guardsolve.guards.expr import TRUE, And, Const, Div, Formula, Or, Poly, Rel, atom_key, conj, disj, rel
 from guardsolve.solve.constraint import Constraint, DimOrder, _row, render_formula
-from guardsolve.solve.smt import formula_to_z3, z3_vars
+from guardsolve.solve.smt import formula_to_z3, limit, z3_vars
 from guardsolve.solve.witness import poly_value
 
 PERIODS = 4  # NOTE: sizes read off: past the constants, this many periods of the lcm of the divisors
@@ -687,7 +687,7 @@ def readable_proves(a: Formula, b: Formula, sizes: set[str], dims: Sequence[str]
     ctx = ctx if ctx is not None else z3.Context()
     var = z3_vars(ctx)
     s = z3.Solver(ctx=ctx)
-    s.set("timeout", timeout_ms)
+    limit(s, timeout_ms)
     s.add(*(var(d) >= 0 for d in dims if d in sizes), *(formula_to_z3(f, var) for f in background))
     s.add(formula_to_z3(a, var) != formula_to_z3(b, var))
     return s.check() == z3.unsat
@@ -725,7 +725,7 @@ def irredundant(constraints: Sequence[Constraint], before: Sequence[Constraint],
             ctx = z3.Context()
             var = z3_vars(ctx)
         s = z3.Solver(ctx=ctx)
-        s.set("timeout", timeout_ms)
+        limit(s, timeout_ms)
         s.add(*(var(d) >= 0 for o in out for d in o.dims if d in sizes))
         s.add(*(formula_to_z3(o.formula, var) for o in others), z3.Not(formula_to_z3(c.formula, var)))
         verdict = s.check()

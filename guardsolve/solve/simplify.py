@@ -14,7 +14,6 @@ outline (components sharing no value but constants) -> normalize each -> indepen
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -35,18 +34,8 @@ from guardsolve.trace.gcpause import paused_gc
 
 DEFAULT_TIMEOUT_MS = 5000
 # Exploring other routes (`merge_paths`) probes the far side of each of the example's decisions
-# and each dim at 0 and 1 whatever the time, then stops after this many times the example's own
-# path (its trace and its simplify), and never before EXPLORE_MIN_S: end to end, trace + simplify
-# stays within a few times the path alone, as PyTorch's own tracers do (`benchmarks/run.py`).
-# A trace of one op or two (`TINY_OPS`, or `paths.TINY_TRACE` nodes) probes a few ms a point: its
-# probe budget alone bounds it, no time budget. A small one (`paths.SMALL_TRACE` nodes) has at least
-# EXPLORE_SMALL_S, and goes on while every probe so far has found a route (`paths.ROUTE_RATE`),
-# until `paths.ROUTE_PROBES` probes' time passes without one. `GUARDSOLVE_EXPLORE_BUDGET=off`
-# turns the time budget off (the probe budget alone: the same guards on a loaded machine).
-EXPLORE_FACTOR = 2.0
-EXPLORE_MIN_S = 0.02
-EXPLORE_SMALL_S = 0.05
-TINY_OPS = 2
+# and each dim at 0 and 1, then stops after a number of probes run that the trace's size sets
+# (`paths.run_budget`: no clock, so the guards are the same however loaded the machine is).
 # Below this many bailouts a graph simplifies in well under a second: forking costs more than it saves
 PARALLEL_MIN_BAILOUTS = 4000
 
@@ -654,6 +643,7 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
     `readable` (on by default) prints each guard in the simplest form found, proven equivalent
     under the others (`solve.readable`); False keeps the solver's own forms.
     """
+    from guardsolve.solve.paths import run_budget
     from guardsolve.trace.tracer import Trace
 
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
@@ -662,41 +652,18 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
     cap = default_jobs() if jobs is None else jobs
     with paused_gc():
         # NOTE: a Trace carries the guard graph recorded while it ran; no need to replay it
-        start = time.perf_counter()
         gg = graph.guard_graph() if isinstance(graph, Trace) else guard_graph(graph)
         gs = _simplify(gg, False, timeout_ms, cap, auto=jobs is None)
-        path_s = time.perf_counter() - start + (graph.seconds if isinstance(graph, Trace) else 0.0)
     if explore is not False and explore != 0 and (isinstance(graph, Trace) or _saved_trace(graph)):
-        # NOTE: a count of probes given: that many, whatever the time; by default the probes
-        # stop after EXPLORE_FACTOR times the example's own path (trace + simplify)
-        gs = merge_paths(graph, gs, timeout_ms, limit=None if explore is True else int(explore),
-                         seconds=_explore_seconds(graph, path_s) if explore is True else None)
+        # NOTE: a count of probes given: that many; by default the probe budget and, past the
+        # first points, the run budget the trace's size sets (`paths.run_budget`)
+        runs = run_budget(graph.graph) if explore is True and isinstance(graph, Trace) else None
+        gs = merge_paths(graph, gs, timeout_ms, limit=None if explore is True else int(explore), runs=runs)
     if readable:
         gs = readable_guards(gs, timeout_ms)
     if verify:
         gs.verify(timeout_ms=timeout_ms)
     return gs
-
-
-def _explore_seconds(graph: Any, path_s: float) -> float | None:
-    """How long exploring may probe past its first points, for a trace whose own path (trace
-    and simplify) took `path_s`; None (no time budget: the probe budget alone) for a trace of one
-    op or two (at most `TINY_OPS` ops, or `paths.TINY_TRACE` nodes), and with
-    `GUARDSOLVE_EXPLORE_BUDGET=off`."""
-    from guardsolve.solve.paths import SMALL_TRACE, TINY_TRACE
-    from guardsolve.trace.tracer import Trace
-
-    budget = os.environ.get("GUARDSOLVE_EXPLORE_BUDGET", "").strip().lower()
-    if budget not in ("", "on", "off"):
-        raise GuardsolveError(f"GUARDSOLVE_EXPLORE_BUDGET={budget!r} should be 'on' or 'off'")
-    g = graph.graph if isinstance(graph, Trace) else graph
-    nodes = len(g.nodes)
-    ops = sum(1 for n in g.nodes if n.op is Op.ATEN)
-    if budget == "off":
-        return None
-    if nodes <= TINY_TRACE or ops <= TINY_OPS:
-        return None
-    return max(EXPLORE_SMALL_S if nodes <= SMALL_TRACE else EXPLORE_MIN_S, EXPLORE_FACTOR * path_s)
 
 
 def readable_guards(gs: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> GuardSet:
@@ -727,7 +694,7 @@ def _saved_trace(graph: Any) -> bool:
 
 
 def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, limit: int | None = None,
-                seconds: float | None = None) -> GuardSet:
+                runs: int | None = None) -> GuardSet:
     """`base` (the example's path) joined with every route `paths.explore` finds that records
     the same trace: the disjunction of their guards (`disjoin`), made minimal by the same
     stages, and proved by z3 equal to the disjunction. Provenance stays with the example's
@@ -744,7 +711,7 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
         reduce = lambda g: _simplify(g, False, timeout_ms, 1)  # noqa: E731
         if isinstance(t, Trace) and t.fn is None:
             t = t.graph
-        ex = (explore(t, base, reduce, limit=limit, seconds=seconds) if isinstance(t, Trace)
+        ex = (explore(t, base, reduce, limit=limit, runs=runs) if isinstance(t, Trace)
               else explore_saved(t, base, reduce, limit=limit))
     if not ex.paths:
         return base.with_routes(ex)

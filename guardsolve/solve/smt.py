@@ -1,11 +1,12 @@
 """Stage 4 of simplify: z3 for what the fast layers cannot decide.
 
 Lowering of formulas and of whole guard graphs to z3 (a rule table over the same ops), and
-`reduce_component`: one small solver per independent component, tracking literals, a timeout on
-every call, and removal of each constraint implied by the rest. `unknown` is a result: the
-constraint is kept and the reason recorded. A component is handed to z3 as one SMT-LIB text
-(`formula_to_smtlib`); a constraint that a nearby concrete point already shows irredundant
-(`guardsolve.solve.witness`) costs no solver call.
+`reduce_component`: one small solver per independent component, tracking literals, a work limit
+on every call (`limit`: z3's own count, not a clock), and removal of each constraint implied
+by the rest. `unknown` is a result: the constraint is kept and the reason recorded. A
+component is handed to z3 as one SMT-LIB text (`formula_to_smtlib`); a constraint that a
+nearby concrete point already shows irredundant (`guardsolve.solve.witness`) costs no solver
+call.
 """
 
 from __future__ import annotations
@@ -23,6 +24,39 @@ from guardsolve.ir.interp import RuleTable, interpret
 from guardsolve.ir.ops import Op
 from guardsolve.solve.bounded import Boxes
 from guardsolve.solve.witness import Witnesses
+
+# NOTE: z3 counts its own work (`rlimit`, resource units): a call bounded by that count answers
+# the same on a busy machine as on an idle one, where a wall-clock timeout does not (guards, their
+# proofs and their printed forms must not depend on the load). A `timeout_ms` the API takes is
+# that many milliseconds of z3's work on one idle core, at RLIMIT_PER_MS units each: what this
+# project's longest checks (division and product guards) spend, measured with `time.thread_time`
+# (plain linear problems spend about 1,000 a ms, pure polynomial ones about 7,000). A wall clock
+# of BACKSTOP times the budget stays behind it, for z3 steps the count misses.
+RLIMIT_PER_MS = 4000
+BACKSTOP = 10
+_RLIMIT_MAX = 2**32 - 1  # NOTE: z3's parameter is an unsigned 32-bit int (0: no limit)
+
+
+def limit(solver: z3.Solver | z3.Optimize, timeout_ms: int) -> None:
+    """Bound each check of `solver` by `timeout_ms` ms of z3's own work count (deterministic),
+    with a wall clock of `BACKSTOP` times that behind it.
+
+    >>> x, y, z = z3.Ints("x y z")
+    >>> s = z3.Solver()
+    >>> limit(s, 50)
+    >>> s.add(x > 0, y > 0, z > 0, x**3 + y**3 == z**3 + 11)
+    >>> s.check(), why_unknown(s)
+    (unknown, 'its work limit ran out (z3 rlimit)')
+    """
+    ms = max(int(timeout_ms), 1)
+    solver.set("rlimit", min(ms * RLIMIT_PER_MS, _RLIMIT_MAX))
+    solver.set("timeout", min(ms * BACKSTOP, _RLIMIT_MAX))
+
+
+def why_unknown(solver: z3.Solver | z3.Optimize) -> str:
+    """Why `solver` answered unknown, in words (z3 says "canceled" when its work count ran out)."""
+    reason = solver.reason_unknown()
+    return "its work limit ran out (z3 rlimit)" if reason in ("canceled", "max. resource limit exceeded") else reason
 
 
 def poly_to_z3(p: Poly, var: Vars) -> z3.ArithRef:
@@ -192,7 +226,7 @@ class Contexts:
         """The shared solver, pushed; and a tag that makes this scope's literal names unique."""
         if self._s is None or self._uses >= self.per or self._declared & dims:
             s = self._s = z3.Solver(ctx=z3.Context())
-            s.set("timeout", self.timeout_ms)
+            limit(s, self.timeout_ms)
             s.from_string(semantics.SMTLIB_DEFS)
             self._declared, self._uses = set(), 0
         self._uses += 1
@@ -283,7 +317,7 @@ def _reduce(formulas: Sequence[Formula], sizes: set[str], labels: Sequence[str],
             core = {str(c) for c in s.unsat_core()}
             raise unsat_labels([i for i in range(len(formulas)) if str(lazy.track[i]) in core])
         if res == z3.unknown:
-            undecided.append(f"satisfiability of {{{', '.join(labels)}}}: {s.reason_unknown()}")
+            undecided.append(f"satisfiability of {{{', '.join(labels)}}}: {why_unknown(s)}")
         else:
             m = s.model()
             var = z3_vars(s.ctx)
@@ -310,7 +344,7 @@ def _reduce(formulas: Sequence[Formula], sizes: set[str], labels: Sequence[str],
             active.discard(i)
             removed.append(i)
         elif r == z3.unknown:
-            undecided.append(f"is `{labels[i]}` implied by the rest? solver said unknown ({s.reason_unknown()})")
+            undecided.append(f"is `{labels[i]}` implied by the rest? solver said unknown ({why_unknown(s)})")
     return ReduceResult(sorted(active), removed, undecided)
 
 
@@ -318,7 +352,7 @@ def implies(premises: Sequence[z3.BoolRef], goal: z3.BoolRef, timeout_ms: int,
             ctx: z3.Context | None = None) -> tuple[z3.CheckSatResult, Mapping[str, int]]:
     """Does `premises` entail `goal`? Returns (unsat means yes, counterexample model)."""
     s = z3.Solver(ctx=ctx) if ctx is not None else z3.Solver()
-    s.set("timeout", int(timeout_ms))
+    limit(s, timeout_ms)
     s.add(*premises)
     s.add(z3.Not(goal))
     r = s.check()
