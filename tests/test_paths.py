@@ -396,7 +396,7 @@ def test_a_run_budget_probes_the_far_sides_and_the_0s_and_1s_first_and_says_what
     assert {"input0": 2, "input1": 3, "input2": 32, "input3": 32} in [dict(p.point) for p in gs.paths]
     tried = len(ex.paths) + len(ex.probes)
     assert tried >= 1 + 2 * 4 and ex.left > 0, ex.summary()
-    assert ex.summary().endswith(f"the run budget (0 probes run) left {ex.left} queued points unexplored"), ex.summary()
+    assert ex.summary().endswith(f"the run budget (0 runs) left {ex.left} queued points unexplored"), ex.summary()
 
 
 def test_a_small_traces_run_budget_goes_on_while_every_probe_finds_a_route() -> None:

@@ -142,7 +142,7 @@ class Exploration:
         >>> Exploration(paths=[], probes=[], traces=1, replayed=2, seconds=0.004).summary()
         "tried 0 points (sizes 0 and 1, each decision's other side) in 4.0 ms: 0 merged, 0 rejected"
         >>> Exploration(traces=0, replayed=7, left=65, out_of_runs=4).summary().split("; ")[-1]
-        'the run budget (4 probes run) left 65 queued points unexplored'
+        'the run budget (4 runs) left 65 queued points unexplored'
         """
         tried = len(self.paths) + len(self.probes)
         ran = self.traces + self.replayed
@@ -153,7 +153,7 @@ class Exploration:
                 f"{self.seconds * 1000:.1f} ms: "
                 f"{len(self.paths)} merged, {len(self.probes)} rejected" + (f"; {', '.join(how)}" if how else "")
                 + (f"; {self.skipped}" if self.skipped else "")
-                + (f"; the run budget ({self.out_of_runs} probe{'' if self.out_of_runs == 1 else 's'} run) left "
+                + (f"; the run budget ({self.out_of_runs} run{'' if self.out_of_runs == 1 else 's'}) left "
                    f"{self.left} queued point{'' if self.left == 1 else 's'} unexplored" if self.left else ""))
 
 
