@@ -476,8 +476,8 @@ def _route_graph(route: Any) -> Graph:
                   else n for n in route.guards.nodes], meta=dict(route.guards.meta))
 
 
-def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, limit: int | None = None
-                  ) -> Exploration:
+def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, limit: int | None = None,
+                  runs: int | None = None) -> Exploration:
     """The routes of a saved tensor trace (no function to trace again): its own ops replayed
     with PyTorch's shape rules at sizes 0 and 1, as `explore` traces the function again.
 
@@ -488,7 +488,9 @@ def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, li
     rule rejects the sizes, a decision or a read answers otherwise) rejects the region of
     every point that makes the decisions it made up to there, as a fresh trace's does, unless
     a route the text records (`ir.routes`: found by tracing the function again, down another
-    branch of the program, its identity ops left out) holds there: that route is merged."""
+    branch of the program, its identity ops left out) holds there: that route is merged. Past
+    the first points, none once `runs` probes have run, as `explore` (the same trace's budget:
+    the same points probed, so the same guards)."""
     from guardsolve.guards.pytorch import pytorch_guard_graph, signature_of
 
     out = Exploration()
@@ -537,7 +539,7 @@ def explore_saved(graph: Graph, base: Any, reduce: Callable[[Graph], Any], *, li
     # NOTE: where a recorded route holds, the program's own decisions and the regions rejected
     # before do not decide the point: it is probed (as a live exploration's `widen`)
     widen = (lambda point: _route_holding(graph, point) is not None) if graph.meta.get("routes") else None
-    return _search(out, example, base, probe, reduce, limit, size=len(graph.nodes), widen=widen)
+    return _search(out, example, base, probe, reduce, limit, size=len(graph.nodes), widen=widen, runs=runs)
 
 
 def _eager_rejects(graph: Graph, point: Mapping[str, int]) -> Any:

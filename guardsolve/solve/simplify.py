@@ -657,7 +657,9 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
     if explore is not False and explore != 0 and (isinstance(graph, Trace) or _saved_trace(graph)):
         # NOTE: a count of probes given: that many; by default the probe budget and, past the
         # first points, the run budget the trace's size sets (`paths.run_budget`)
-        runs = run_budget(graph.graph) if explore is True and isinstance(graph, Trace) else None
+        # NOTE: a saved trace's exploration spends the same run budget (its size is the same
+        # trace's): else its guards are wider than the live ones (resnet18 at batch 0, issue 49)
+        runs = run_budget(graph.graph if isinstance(graph, Trace) else graph) if explore is True else None
         gs = merge_paths(graph, gs, timeout_ms, limit=None if explore is True else int(explore), runs=runs)
     if readable:
         gs = readable_guards(gs, timeout_ms)
@@ -712,7 +714,7 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
         if isinstance(t, Trace) and t.fn is None:
             t = t.graph
         ex = (explore(t, base, reduce, limit=limit, runs=runs) if isinstance(t, Trace)
-              else explore_saved(t, base, reduce, limit=limit))
+              else explore_saved(t, base, reduce, limit=limit, runs=runs))
     if not ex.paths:
         return base.with_routes(ex)
     ctx = z3.Context()  # NOTE: one context for the merge's questions (making one costs ~4 ms)
