@@ -451,7 +451,7 @@ class GuardedFunction:
         return state
 
     def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...],
-              values: tuple[Any, ...], seen: tuple[Entry, ...]) -> Any:
+              values: tuple[Any, ...], seen: tuple[Entry, ...], background: bool = False) -> Any:
         why_eager = self._always_eager or self._untraceable(names, values)
         locked = why_eager is None and self._lock.acquire(blocking=False)
         try:
@@ -461,7 +461,8 @@ class GuardedFunction:
                         out = self._try(e, names, values)
                         if out is not _MISS:
                             return self.fn(*args, **kwargs) if out is _EAGER else out
-            self._misses.inc()
+            if not background:  # NOTE: the background's work is no call: hits + misses count calls
+                self._misses.inc()
             record = _Miss(self._entries if locked else seen, names, values, self._state())
             self._log.append(record)
             if locked and self.backend == "inductor":
@@ -495,7 +496,7 @@ class GuardedFunction:
             if why_eager is None and self.backend == "inductor" and self._compiles.value >= self.max_compiles:
                 why_eager = self._limit()  # NOTE: a trace it could not compile: not even traced
             if why_eager is not None:
-                return self._run_eagerly(record, why_eager, args, kwargs)
+                return self._run_eagerly(record, why_eager, args, kwargs, background)
             try:
                 entry = self._trace(names, values)
             except _StateWritten as w:
@@ -521,7 +522,7 @@ class GuardedFunction:
                     if len(self._failed) >= _MAX_FAILED:
                         del self._failed[next(iter(self._failed))]
                     self._failed[sig] = why
-                return self._run_eagerly(record, why, args, kwargs)
+                return self._run_eagerly(record, why, args, kwargs, background)
             self._traces.inc()
             self._writes = 0
             if entry.trace.opaque or entry.trace.unreplayable is not None:
@@ -554,14 +555,19 @@ class GuardedFunction:
             self._entries = (entry,) + kept if self.evict else kept + (entry,)
             out, entry.trace.output = entry.trace.output, None  # NOTE: the entry keeps no output alive
             if entry.autograd is not None:
-                return self._run_eagerly(record, entry.autograd, args, kwargs)
+                return self._run_eagerly(record, entry.autograd, args, kwargs, background)
             self._tls.last = (_K_TRACED, entry, entry.variants[0] if entry.variants else None, record)
             return out
         finally:
             if locked:
                 self._lock.release()
 
-    def _run_eagerly(self, record: "_Miss", why: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _run_eagerly(self, record: "_Miss", why: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                     background: bool = False) -> Any:
+        if background:  # NOTE: no caller waits for an output: fn is not run, nor counted
+            record.note = f"background: not traced: {why}"
+            self._tls.last = (_K_EAGER, None, None, why)
+            return None
         record.note = f"ran eagerly: {why}"
         self._eager.inc()
         self._count_eager(why)
@@ -873,7 +879,7 @@ class GuardedFunction:
                     names, values = self._bind(args, kwargs)
                     full = len(self._entries) >= self.max_entries and not self.evict
                     if not (full or self._always_eager or any(self._serves(e, names, values) for e in self._entries)):
-                        self._miss(args, kwargs, names, values, ())
+                        self._miss(args, kwargs, names, values, (), background=True)
                         self._log.append(f"background: traced a call that ran eagerly while another thread "
                                          f"traced ({describe(names, values)}): {self.last_call}")
             except BaseException as e:  # NOTE: fn's own error, eager's: logged, nothing published
