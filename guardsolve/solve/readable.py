@@ -28,21 +28,53 @@ Two rewrites; the forms they print divide by positive constants only (no divisio
 from __future__ import annotations
 
 import math
-import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import z3
 
 from guardsolve.guards.expr import TRUE, And, Const, Div, Formula, Or, Poly, Rel, atom_key, conj, disj, rel
 from guardsolve.solve.constraint import Constraint, DimOrder, _row, render_formula
-from guardsolve.solve.smt import formula_to_z3, limit, z3_vars
+from guardsolve.solve.smt import RLIMIT_PER_MS, formula_to_z3, limit, z3_vars
 from guardsolve.solve.witness import poly_value
 
 PERIODS = 4  # NOTE: sizes read off: past the constants, this many periods of the lcm of the divisors
 MAX_SPAN = 8192  # the sizes a one-dim constraint is read at, at most
 TIMEOUT_MS = 1000
 MAX_REWRITES = 64  # general constraints with divisions a set may have for the pass to run
-BUDGET_S = 2.0  # NOTE: the pass reads for people; past this, the rest keep the solver's forms
+BUDGET_S = 2.0  # NOTE: the pass reads for people; past this much z3 work, the rest keep the solver's forms
+
+
+@dataclass
+class Work:
+    """z3's own work count spent by one pass, against `BUDGET_S` seconds' worth of it on an
+    idle core (`smt.RLIMIT_PER_MS`): a count, not a clock, so the forms printed do not depend
+    on the machine's load.
+
+    >>> w = Work()
+    >>> x = z3.Int("x")
+    >>> s = z3.Solver(); s.add(x * x == 4, x > 0)
+    >>> w.check(s), w.spent > 0, w.over()
+    (sat, True, False)
+    """
+
+    budget: int = int(BUDGET_S * 1000) * RLIMIT_PER_MS
+    spent: int = 0
+
+    def check(self, s: z3.Solver) -> z3.CheckSatResult:
+        before = _rlimit_count(s)
+        verdict = s.check()
+        self.spent += max(_rlimit_count(s) - before, 0)
+        return verdict
+
+    def over(self) -> bool:
+        return self.spent > self.budget
+
+
+def _rlimit_count(s: z3.Solver) -> int:
+    """z3's work count so far in `s`'s context (the statistic `rlimit count`; 0 before any)."""
+    stats = s.statistics()
+    return int(stats.get_key_value("rlimit count")) if "rlimit count" in stats.keys() else 0
 MAX_DISJUNCTS = 8  # routes one printed guard may join; past it, its cases by a dim, or its example's route
 MAX_CASES = 4  # guards one disjunction may be split into, one per case of a dim
 
@@ -440,13 +472,13 @@ def _best(f: Formula, sizes: set[str], order: DimOrder, prove: Callable[[Formula
 
 
 def readable_formula(f: Formula, sizes: Iterable[str], dims: Sequence[str], background: Sequence[Formula] = (),
-                     timeout_ms: int = TIMEOUT_MS) -> tuple[Formula, str] | None:
+                     timeout_ms: int = TIMEOUT_MS, work: Work | None = None) -> tuple[Formula, str] | None:
     """The simplest form of `f` found, proven equivalent by z3 under the `background` (the other
     guards) and sizes >= 0; None if none is shorter than the solver's own text, or none is proven."""
     sizes, order = set(sizes), DimOrder(list(dims))
 
     def prove(a: Formula, b: Formula) -> bool:
-        return readable_proves(a, b, sizes, dims, background, timeout_ms)
+        return readable_proves(a, b, sizes, dims, background, timeout_ms, work=work)
 
     return _best(f, sizes, order, prove)
 
@@ -457,26 +489,26 @@ def readable(constraints: Sequence[Constraint], sizes: Iterable[str], dims: Sequ
     unchanged); its kind, provenance and dims kept. A disjunction of more than `MAX_DISJUNCTS`
     routes reads as its cases by one dim, or prints the route of the `example` (`many_routes`)."""
     sizes = set(sizes)
-    deadline = time.monotonic() + BUDGET_S
+    work = Work()
     out = many_routes(list(constraints), sizes, dims, example, timeout_ms)
     todo = [i for i, c in enumerate(out) if c.kind == "general" and _divisions(c.formula)]
     if len(todo) > MAX_REWRITES:
         return out  # NOTE: a large generated guard set: its forms are the solver's (read by programs)
     constraints = list(out)
     for i in todo:
-        if time.monotonic() > deadline:
+        if work.over():
             break
         c = constraints[i]
         # NOTE: the background is the other guards over the same dims (the rest cannot change c's truth)
         others = [o.formula for j, o in enumerate(out) if j != i and set(o.dims) & set(c.dims)]
-        found = readable_formula(c.formula, sizes, dims, others, timeout_ms)
+        found = readable_formula(c.formula, sizes, dims, others, timeout_ms, work)
         if found is not None:
             out[i] = Constraint(c.kind, found[0], found[1], c.prov, c.dims)
-    return _one_per_dim(out, sizes, dims, timeout_ms, deadline)
+    return _one_per_dim(out, sizes, dims, timeout_ms, work)
 
 
 def _one_per_dim(constraints: list[Constraint], sizes: set[str], dims: Sequence[str], timeout_ms: int,
-                 deadline: float) -> list[Constraint]:
+                 work: Work) -> list[Constraint]:
     """The constraints over one size read together, when together they say one thing:
     `20 <= x <= 35`, `x % 16 <= 3` and `x % 4 == 0` are `x == 32`."""
     groups: dict[str, list[int]] = {}
@@ -486,7 +518,7 @@ def _one_per_dim(constraints: list[Constraint], sizes: set[str], dims: Sequence[
     out: list[Constraint | None] = list(constraints)
     for d, members in groups.items():
         # NOTE: only where a non-linear guard joins in: two bounds of the ordering layer stay two
-        if len(members) < 2 or time.monotonic() > deadline or all(constraints[i].kind != "general" for i in members):
+        if len(members) < 2 or work.over() or all(constraints[i].kind != "general" for i in members):
             continue
         together = conj(constraints[i].formula for i in members)
         divisors = _constant_divisors(together) or []
@@ -495,7 +527,8 @@ def _one_per_dim(constraints: list[Constraint], sizes: set[str], dims: Sequence[
         for g, text in sorted(_one_dim(together, d, divisors), key=lambda ft: len(ft[1])):
             # NOTE: equal at every size is equal under the others too: decided without z3 where
             # both are linear in d's divisions (`periodic_equal`)
-            if periodic_equal(together, g, d) or readable_proves(together, g, sizes, dims, others, timeout_ms):
+            if periodic_equal(together, g, d) or readable_proves(together, g, sizes, dims, others, timeout_ms,
+                                                                 work=work):
                 found = (g, text)
                 break
         # NOTE: one guard for several is worth a few more characters (`5 <= x <= 8` for two bounds)
@@ -681,7 +714,7 @@ def _shown(c: Constraint, example: Mapping[str, int] | None, order: DimOrder) ->
 
 
 def readable_proves(a: Formula, b: Formula, sizes: set[str], dims: Sequence[str], background: Sequence[Formula],
-                    timeout_ms: int, ctx: z3.Context | None = None) -> bool:
+                    timeout_ms: int, ctx: z3.Context | None = None, work: Work | None = None) -> bool:
     """z3: `a` and `b` agree wherever the `background` holds and sizes are >= 0 (in `ctx`, a
     fresh context by default: making one costs milliseconds, so a caller with many reuses one)."""
     ctx = ctx if ctx is not None else z3.Context()
@@ -690,7 +723,7 @@ def readable_proves(a: Formula, b: Formula, sizes: set[str], dims: Sequence[str]
     limit(s, timeout_ms)
     s.add(*(var(d) >= 0 for d in dims if d in sizes), *(formula_to_z3(f, var) for f in background))
     s.add(formula_to_z3(a, var) != formula_to_z3(b, var))
-    return s.check() == z3.unsat
+    return (work.check(s) if work is not None else s.check()) == z3.unsat
 
 
 def irredundant(constraints: Sequence[Constraint], before: Sequence[Constraint], sizes: Iterable[str],
@@ -704,12 +737,12 @@ def irredundant(constraints: Sequence[Constraint], before: Sequence[Constraint],
     dropped: set[int] = set()
     undecided: list[str] = []
     ctx: z3.Context | None = None
-    deadline = time.monotonic() + BUDGET_S
+    work = Work()
     for c in list(out):
         if not set(c.dims) & changed or len(out) < 2:
             continue
-        if time.monotonic() > deadline:
-            undecided.append(f"is `{c.text}` implied by the rest, read as printed? not asked (time budget spent)")
+        if work.over():
+            undecided.append(f"is `{c.text}` implied by the rest, read as printed? not asked (work budget spent)")
             continue
         others = [o for o in out if o is not c]
         if len(c.dims) == 1 and c.dims[0] in sizes and not any(c.dims[0] in o.dims for o in others):
@@ -728,7 +761,7 @@ def irredundant(constraints: Sequence[Constraint], before: Sequence[Constraint],
         limit(s, timeout_ms)
         s.add(*(var(d) >= 0 for o in out for d in o.dims if d in sizes))
         s.add(*(formula_to_z3(o.formula, var) for o in others), z3.Not(formula_to_z3(c.formula, var)))
-        verdict = s.check()
+        verdict = work.check(s)
         if verdict == z3.unsat:
             out = others
             dropped |= c.prov
