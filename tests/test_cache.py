@@ -27,7 +27,7 @@ def test_hits_misses_and_reasons() -> None:
     reason = info.miss_reasons[1]
     assert reason.startswith("entry 0: a0 == b0 failed (a0=4, b0=1) (aten.add.Tensor's shape rule) — ") and "test_cache.py:" in reason
     assert reason.endswith("return a + b")
-    assert "inputs do not fit the traced signature (a: rank 1, b: rank 1)" in info.miss_reasons[-1]
+    assert "inputs do not fit the traced signature: a has rank 2, traced at rank 1" in info.miss_reasons[-1]
     merged = guardsolve.guarded(add.fn)  # NOTE: the broadcast routes record the same trace: they hit
     for sa, sb in calls:
         merged(torch.randn(sa), torch.randn(sb))

@@ -258,3 +258,39 @@ def test_compiles_are_bounded(recwarn: pytest.WarningsRecorder) -> None:
     assert f.last_call.how == "compiled"  # NOTE: [5] is served by the first variant
     said = [str(w.message) for w in recwarn if "compile limit" in str(w.message)]
     assert len(said) == 1
+
+
+def test_a_call_that_raises_says_so_and_is_not_traced_again_at_its_signature() -> None:
+    lin = torch.nn.Linear(4, 2)
+    traced: list[int] = []
+
+    def net(x: torch.Tensor) -> torch.Tensor:
+        traced.append(1)
+        return lin(x)
+
+    f = guardsolve.guarded(net)
+    with torch.no_grad():
+        f(torch.randn(3, 4))
+        f(torch.randn(5, 4))
+        assert f.last_call.how == "replayed"
+        for _ in range(3):
+            with pytest.raises(RuntimeError, match="mat1 and mat2 shapes cannot be multiplied"):
+                f(torch.randn(3, 5))
+            assert f.last_call.how == "eager" and "mat1 and mat2" in f.last_call.why, f.last_call
+        runs = len(traced)
+        with pytest.raises(RuntimeError):
+            f(torch.randn(3, 5))
+        assert len(traced) == runs + 1  # NOTE: remembered: eager's one run, no trace
+    assert f.cache_info().traces == 1
+
+
+def test_a_signature_that_raised_is_traced_again_once_eager_runs_there() -> None:
+    emb = torch.nn.Embedding(10, 3)
+    f = guardsolve.guarded(lambda ids: emb(ids) * 2)
+    with torch.no_grad():
+        with pytest.raises(IndexError):
+            f(torch.tensor([[1, 99]]))  # NOTE: a bad request: an index out of range
+        good = torch.tensor([[1, 2]])
+        assert torch.equal(f(good), emb(good) * 2) and f.last_call.how == "eager"
+        assert torch.equal(f(good), emb(good) * 2) and f.last_call.how == "traced"
+        assert torch.equal(f(good), emb(good) * 2) and f.last_call.how == "replayed"

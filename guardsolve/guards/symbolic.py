@@ -733,7 +733,7 @@ class SymGuard(SymNode):
     def _data_dependent(self) -> DataDependentError:
         loc = self.rec.location()
         at = f" — {loc}" if loc is not None else ""
-        hint = ("; pass value_guards=True to trace() (--value-guards on the command line) to record a value "
+        hint = ("; pass value_guards=True to trace() or guarded() (--value-guards on the command line) to record a value "
                 "bailout instead" if self.data is ITEM_DATA else "")
         return DataDependentError(f"a shape decision depends on {self.data}; shape guards cannot check "
                                   f"it{at}{hint}")

@@ -403,6 +403,9 @@ class GuardedFunction:
         except GuardFailure as failure:  # a value bailout: data changed the path
             self._log.append(f"entry {self._entries.index(e) if e in self._entries else '?'}: {failure}")
             return _MISS
+        except BaseException as err:  # NOTE: the replay raised (an index read from data): eager's error
+            self._tls.last = (_K_EAGER, e, None, f"the replay raised {type(err).__name__}: {_first_line(err)[:200]}")
+            raise
         e._hits.inc()
         self._hits.inc()
         e.last_used = next(self._clock)
@@ -493,6 +496,13 @@ class GuardedFunction:
             sig = self._signature(names, values) if why_eager is None else None
             if why_eager is None and sig is not None and sig in self._failed:
                 why_eager = self._failed[sig]
+                if why_eager.startswith(_RAISED):
+                    # NOTE: eager raised at this signature (a bad request): run eagerly; where it
+                    # runs now (other data), the signature is traced again at its next call
+                    self._tls.last = (_K_EAGER, None, None, why_eager)
+                    out = self._run_eagerly(record, why_eager, args, kwargs, background)
+                    self._failed.pop(sig, None)
+                    return out
             if why_eager is None and self.backend == "inductor" and self._compiles.value >= self.max_compiles:
                 why_eager = self._limit()  # NOTE: a trace it could not compile: not even traced
             if why_eager is not None:
@@ -512,16 +522,20 @@ class GuardedFunction:
                 self._log.append(f"{why}; no entry kept")
                 self._tls.last = (_K_TRACED, None, None, f"{why}; no entry kept")
                 return w.output
-            except EagerError:
-                raise  # NOTE: eager raises it too: the call's own error
+            except EagerError as e:
+                # NOTE: eager raises it too: the call's own error; the signature is remembered,
+                # so a flood of such calls costs eager's time, not a trace each
+                why = f"{_RAISED}{type(e).__name__}: {_first_line(e)}"
+                self._tls.last = (_K_EAGER, None, None, why)
+                if sig is not None:
+                    self._remember(sig, why)
+                raise
             except GuardsolveError as e:
                 # NOTE: a data-dependent branch, an op the tracer does not know: eager serves it,
                 # and every later call of the same signature, without a trace
                 why = f"cannot be traced: {type(e).__name__}: {_first_line(e)}"
                 if sig is not None:
-                    if len(self._failed) >= _MAX_FAILED:
-                        del self._failed[next(iter(self._failed))]
-                    self._failed[sig] = why
+                    self._remember(sig, why)
                 return self._run_eagerly(record, why, args, kwargs, background)
             self._traces.inc()
             self._writes = 0
@@ -602,6 +616,11 @@ class GuardedFunction:
             entry.uncompiled = "the compiled variant's check rejects the inputs it was compiled at"
             return None
         return v
+
+    def _remember(self, sig: Any, why: str) -> None:
+        if len(self._failed) >= _MAX_FAILED:
+            del self._failed[next(iter(self._failed))]
+        self._failed[sig] = why
 
     def _limit(self) -> str:
         """The reason a call runs eagerly past `max_compiles`; a warning, once."""
@@ -981,6 +1000,7 @@ _MISS = object()
 _K_HIT, _K_EAGER, _K_TRACED, _K_VARIANT = "hit", "eager", "traced", "variant"
 _MAX_PENDING = 8
 _MAX_FAILED = 1024  # NOTE: signatures remembered as untraceable (the oldest dropped first)
+_RAISED = "eager raised at these inputs' signature: "
 
 
 def _copied(v: Any) -> Any:

@@ -259,6 +259,24 @@ class GuardSet:
                 dims[p.name] = a
         return dims
 
+    def _signature_misfit(self, args: Sequence[Any]) -> str:
+        """How inputs that `input_dims` rejects differ from the traced signature, each misfit
+        with what was found: `x has rank 3, traced at rank 2`."""
+        bound = self._bind(tuple(args))
+        if self.signature is None or bound is None:
+            return f"inputs do not fit the traced signature ({len(args)} given)"
+        out = []
+        for p in self.signature:
+            a = bound.get(p.name)
+            if p.kind == "tensor":
+                if not hasattr(a, "shape"):
+                    out.append(f"{p.name} is a {type(a).__name__}, traced as a tensor")
+                elif len(a.shape) != p.rank:
+                    out.append(f"{p.name} has rank {len(a.shape)}, traced at rank {p.rank}")
+            elif not isinstance(a, int) or isinstance(a, bool):
+                out.append(f"{p.name} is a {type(a).__name__}, traced as an int")
+        return "inputs do not fit the traced signature: " + ("; ".join(out) or "their arguments differ")
+
     def static_failure(self, *args: Any, state: Mapping[str, Any] | None = None) -> str | None:
         """The first static guard new inputs fail, with the value found, or None. `state`
         replaces names the guards call (`_is_grad_enabled`, ...) by what they returned then."""
@@ -290,9 +308,7 @@ class GuardSet:
         """Why new inputs miss: `a0 == b0 failed (a0=4, b0=8) — examples/mlp.py:12  code`."""
         dims = self.input_dims(*args)
         if dims is None:
-            ranks = ", ".join(f"{p.name}: rank {p.rank}" if p.kind == "tensor" else f"{p.name}: int"
-                              for p in self.signature or ())
-            return f"inputs do not fit the traced signature ({ranks})"
+            return self._signature_misfit(args)
         failed = self.static_failure(*args, state=state)
         if failed is not None:
             return failed

@@ -171,6 +171,23 @@ def state_guards() -> list[StaticGuard]:
     ]
 
 
+class Said(str):
+    """A value a miss reports in words: its repr is its text (`found autocast off`)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def autocast_said(cast: tuple[tuple[str, torch.dtype], ...]) -> Said:
+    """`autocast_state()` in words.
+
+    >>> autocast_said(()), autocast_said((("cpu", torch.bfloat16),))
+    (autocast off, torch.autocast('cpu', dtype=torch.bfloat16) on)
+    """
+    on = ", ".join(f"torch.autocast({d!r}, dtype={dt})" for d, dt in cast)
+    return Said(f"{on} on" if cast else "autocast off")
+
+
 def autocast_guard() -> StaticGuard:
     """Autocast's state, on or off: a trace under `torch.autocast` records its casts, one
     without records none (and compiled kernels would not cast).
@@ -183,14 +200,14 @@ def autocast_guard() -> StaticGuard:
     """
     cast = autocast_state()
     if not cast:
-        return StaticGuard("torch.autocast is off", "not _autocast()", "_autocast()")
+        return StaticGuard("torch.autocast is off", "not _autocast()", "_autocast_said(_autocast())")
     n_ac, v_ac = _bound("autocast", cast)
     on = ", ".join(f"torch.autocast({d!r}, dtype={dt})" for d, dt in cast)
-    return StaticGuard(f"{on} is on, and no other", f"_autocast() == {n_ac}", "_autocast()", v_ac)
+    return StaticGuard(f"{on} is on, and no other", f"_autocast() == {n_ac}", "_autocast_said(_autocast())", v_ac)
 
 
 NAMESPACE: dict[str, Any] = {"_is_grad_enabled": torch.is_grad_enabled,
-                             "_get_default_dtype": torch.get_default_dtype, "_autocast": autocast_state,
+                             "_get_default_dtype": torch.get_default_dtype, "_autocast": autocast_state, "_autocast_said": autocast_said,
                              "_value_key": value_key,
                              "_contiguous_strides": contiguous_strides,
                              "torch": torch}

@@ -463,7 +463,7 @@ class TracingMode(TorchDispatchMode):
             return func(*args, **kwargs)
         if not self.rec.value_guards:
             raise DataDependentError(f"{what} reads tensor data, which shape guards cannot check{self._at()}; "
-                                     "pass value_guards=True to trace() (--value-guards on the command line) "
+                                     "pass value_guards=True to trace() or guarded() (--value-guards on the command line) "
                                      "to record a value bailout")
         flat, spec = flatten((args, kwargs))
         real_args, real_kwargs = unflatten([self._real(a) for a in flat], spec)
