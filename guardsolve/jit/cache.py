@@ -804,8 +804,10 @@ class GuardedFunction:
             return Served("eager", i, j, extra)
         first = "; ".join(extra.reasons()[:2]) if isinstance(extra, _Miss) else str(extra)
         if kind is _K_VARIANT:
-            return Served("compiled", i, j, f"compiled {name}'s variant {j} now: {first}")
+            return Served("compiled", i, j, f"made variant {j} of {name} now: {first}")
         made = f"made {name}" + (f" and compiled its variant {j}" if j is not None else "") if e is not None else "no entry"
+        if e is not None and e.uncompiled is not None:
+            made += f" (Inductor cannot compile it: its calls run eagerly: {e.uncompiled[:200]})"
         return Served("traced", i, j, f"{made}; missed because: {first}" if isinstance(extra, _Miss) else first)
 
     def warm_up(self, *calls: Any) -> tuple[Served, ...]:

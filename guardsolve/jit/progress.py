@@ -25,6 +25,8 @@ import threading
 import time
 from typing import Any, Iterator
 
+import torch
+
 LOG = logging.getLogger("guardsolve")
 SHOW_AFTER_S = 1.0  # NOTE: a step shorter than this prints nothing on the terminal
 
@@ -81,13 +83,15 @@ def describe(names: tuple[str, ...], values: tuple[Any, ...], most: int = 4) -> 
     """The inputs of a call in a few words, for a progress line.
 
     >>> import torch
-    >>> describe(("x", "n"), (torch.zeros(2, 3), 4))
-    'x=[2, 3], n=4'
+    >>> describe(("x", "ids", "n"), (torch.zeros(2, 3), torch.zeros(2, 5, dtype=torch.int64), 4))
+    'x=[2, 3], ids=[2, 5] int64, n=4'
     """
     parts = []
     for n, v in zip(names[:most], values[:most]):
         shape = getattr(v, "shape", None)
-        parts.append(f"{n}={list(shape)}" if shape is not None else f"{n}={v!r}"[:40])
+        dtype = getattr(v, "dtype", None)
+        kind = "" if dtype is None or dtype == torch.get_default_dtype() else f" {str(dtype).removeprefix('torch.')}"
+        parts.append(f"{n}={list(shape)}{kind}" if shape is not None else f"{n}={v!r}"[:40])
     if len(names) > most:
         parts.append(f"... {len(names) - most} more")
     return ", ".join(parts)
