@@ -534,6 +534,33 @@ def _stateful_class() -> type:
     return module.Stateful
 
 
+@functools.lru_cache(maxsize=None)
+def _residual_class() -> type:
+    import torch
+
+    class ResidualBlock(torch.nn.Module):
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            self.c1, self.b1 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.BatchNorm2d(c)
+            self.c2, self.b2 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.BatchNorm2d(c)
+
+        def forward(self, x: Any) -> Any:
+            return torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))) + x)
+
+    return ResidualBlock
+
+
+def residual_block(c: int) -> Any:
+    """A resnet's basic block at `c` channels (conv, batch norm, relu, twice, plus the input):
+    the tests' conv nets are built of it.
+
+    >>> import torch
+    >>> residual_block(3)(torch.zeros(1, 3, 4, 4)).shape
+    torch.Size([1, 3, 4, 4])
+    """
+    return _residual_class()(c)
+
+
 def random_stateful_program(rng: random.Random) -> tuple[str, Any, Callable[[], tuple[Any, ...]]]:
     """A module over [B, C, L] inputs that reads parameters, a buffer, a plain tensor attribute,
     a submodule, floats, a flag, a dict entry, `training` and this module's `SHARED` globals,

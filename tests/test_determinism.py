@@ -28,6 +28,7 @@ import z3
 
 import guardsolve
 from guardsolve.solve.paths import Exploration, run_budget
+from guardsolve.testing import residual_block as _Block
 
 
 @contextlib.contextmanager
@@ -49,16 +50,6 @@ def _counts(ex: Exploration) -> tuple[Any, ...]:
     """Everything an exploration decided (not the time it took)."""
     return (ex.traces, ex.replayed, ex.stopped, [dict(p.point) for p in ex.paths],
             [(dict(p.point), str(p.why)) for p in ex.probes], ex.left, ex.out_of_runs, ex.skipped)
-
-
-class _Block(torch.nn.Module):
-    def __init__(self, c: int) -> None:
-        super().__init__()
-        self.c1, self.b1 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.BatchNorm2d(c)
-        self.c2, self.b2 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.BatchNorm2d(c)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))) + x)
 
 
 def _resnet_bf16() -> torch.nn.Module:

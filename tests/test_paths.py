@@ -20,7 +20,7 @@ from hypothesis import given, settings, strategies as st
 import guardsolve
 from guardsolve.solve.disjoin import IntSet, clauses_text
 from guardsolve.solve.paths import prove_union
-from guardsolve.testing import boundary_variants, examples
+from guardsolve.testing import boundary_variants, examples, residual_block as _Block
 from guardsolve.trace.replay import compile_replay
 from guardsolve.trace.tracer import difference
 
@@ -335,16 +335,6 @@ def test_value_guards_size_guards_do_not_depend_on_the_data(fill: str) -> None:
         assert flipped == ["x0=1"] and "the data drawn at x0=1 answers it otherwise" in text
     else:
         assert flipped == [] and "answers it otherwise" not in text
-
-
-class _Block(torch.nn.Module):
-    def __init__(self, c: int) -> None:
-        super().__init__()
-        self.c1, self.b1 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.BatchNorm2d(c)
-        self.c2, self.b2 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.BatchNorm2d(c)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))) + x)
 
 
 class _ResNet(torch.nn.Module):
