@@ -46,6 +46,7 @@ import guardsolve  # noqa: E402
 from guardsolve.testing import exactness_failures  # noqa: E402
 
 TIMEOUT_S = 20
+COMPILE_SECTION = "## Compiled at symbolic sizes"  # compile_coverage.py's section of COVERAGE.md
 CATEGORIES = ("unsupported", "data-dependent", "wrong", "inexact", "crash", "timeout")
 
 # The fast subset the default tests run: ops across families, and a few modules.
@@ -577,7 +578,10 @@ def main(argv: list[str] | None = None) -> int:
             failures_list(results),
             "",
         ])
-        Path(__file__).with_name("COVERAGE.md").write_text(text)
+        path = Path(__file__).with_name("COVERAGE.md")
+        # NOTE: compile_coverage.py's section (from its heading to the end) is kept as it was
+        kept = path.read_text().partition(COMPILE_SECTION)[1:] if path.exists() else ("", "")
+        path.write_text(text + (f"\n{kept[0]}{kept[1]}" if kept[0] else ""))
     return 0
 
 

@@ -46,6 +46,7 @@ import z3
 from guardsolve.errors import GuardsolveError
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
+from guardsolve.jit.decompose import retrace_scope
 from guardsolve.jit.variant import BackendGuard, Variant, runner
 from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
 from guardsolve.solve.guardset import GuardSet
@@ -366,6 +367,7 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
     program, inputs, const_names, outs = flat_program(t)
     consts = [t.constants[c].detach() for c in const_names]
     failures: list[str] = []
+    called = [str(n.params["fn"]) for n in t.graph.nodes if n.op is Op.ATEN]
     for oblivious in (True, False):
         se = ShapeEnv(duck_shape=False, specialize_zero_one=False)
         mode = FakeTensorMode(shape_env=se)
@@ -373,7 +375,9 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
         try:
             fakes, dims = _fakes(mode, se, t, values)
             const_fakes = [mode.from_tensor(c, static_shapes=True) for c in consts]
-            with scope, mode, torch.no_grad():
+            # NOTE: a composite whose C++ kernel reads sizes as ints (upsample's `.vec`) would pin
+            # every dim or fail; it runs its Python decomposition instead (`jit/decompose.py`)
+            with scope, mode, torch.no_grad(), retrace_scope(called):
                 gm = make_fx(program, tracing_mode="fake")(*fakes, *const_fakes)
         except Exception as e:
             failures.append(f"make_fx could not re-trace the trace: {type(e).__name__}: {_first_line(e)}")
@@ -417,8 +421,12 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
 _TOLERANCE: dict[torch.dtype, tuple[float, float]] = {
     torch.float64: (1e-5, 1e-7), torch.complex128: (1e-5, 1e-7),
     torch.float32: (1e-3, 1e-4), torch.complex64: (1e-3, 1e-4),
-    torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2),
+    torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2), torch.complex32: (1e-2, 1e-2),
 }
+# NOTE: dtypes whose CPU kernels lack `equal`, `==` or `abs` ("equal_cpu" not implemented for
+# 'ComplexHalf': `chalf()` under Inductor raised it from the compile instead of comparing):
+# compared in a dtype that holds every value exactly
+_COMPARED_AS: dict[torch.dtype, torch.dtype] = {torch.complex32: torch.complex64}
 # NOTE: ops whose values no two runs share: random draws (Inductor has its own generator) and
 # uninitialized memory; a graph with one is compared in sizes and dtypes only
 _UNINITIALIZED = frozenset({"aten::empty", "aten::empty_like", "aten::new_empty", "aten::empty_strided",
@@ -522,6 +530,8 @@ def _mismatch(want: _Outcome, got: _Outcome, compare_values: bool) -> str | None
 def _value_mismatch(w: torch.Tensor, g: torch.Tensor) -> str | None:
     """None when `g` equals `w` within the dtype's tolerance (NaN equals NaN), else by how much."""
     tol = _TOLERANCE.get(w.dtype)
+    if w.dtype in _COMPARED_AS:
+        w, g = w.to(_COMPARED_AS[w.dtype]), g.to(_COMPARED_AS[w.dtype])
     if tol is None:
         if torch.equal(w, g):
             return None
@@ -555,6 +565,27 @@ def _points(t: Trace, v: Variant, values: Sequence[Any], params: Sequence[str],
         if accepted:
             here.append((f"{_show(dims)} (sizes its check accepts)", args))
     return here
+
+
+def sizes_accepted(t: Trace, v: Variant, values: Sequence[Any], params: Sequence[str],
+                   timeout_ms: int = 2000) -> list[tuple[dict[str, int], Sequence[Any]]]:
+    """The far points other than `values`' own sizes whose random inputs `v`'s check accepts
+    (those `_differs_at` compared with eager), as (dims, inputs): empty for a variant pinned to
+    its example. `values` are the traced inputs it was compiled at; call it in the state it
+    was compiled in (its check reads grad mode, autocast, the default dtype).
+
+    >>> lin = torch.nn.Linear(16, 8).eval()  # doctest: +SKIP
+    >>> t = trace(lin, torch.randn(4, 16)); v = compile_variant(t, simplify(t), (torch.randn(4, 16),), [], ("input",))  # doctest: +SKIP
+    >>> [dims for dims, _ in sizes_accepted(t, v, (torch.randn(4, 16),), ("input",))]  # doctest: +SKIP
+    [{'input0': 0, 'input1': 16}, {'input0': 1, 'input1': 16}, {'input0': 10, 'input1': 16}]
+    """
+    base = _dims_at(t, values)
+    out: list[tuple[dict[str, int], Sequence[Any]]] = []
+    for _, args in _points(t, v, values, params, timeout_ms)[1:]:
+        dims = _dims_at(t, args)
+        if dims != base:
+            out.append((dims, args))
+    return out
 
 
 def _dims_at(t: Trace, values: Sequence[Any]) -> dict[str, int]:
