@@ -455,6 +455,16 @@ class GuardedFunction:
 
     def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...],
               values: tuple[Any, ...], seen: tuple[Entry, ...], background: bool = False) -> Any:
+        if self._failed and not background:
+            # NOTE: a signature remembered as untraceable: eager's cost plus the lookup (no record:
+            # `eager_reasons` counts it)
+            why = self._failed.get(self._signature(names, values))
+            if why is not None and not why.startswith(_RAISED):
+                self._misses.inc()
+                self._eager.inc()
+                self._count_eager(why)
+                self._tls.last = (_K_EAGER, None, None, why)
+                return self.fn(*args, **kwargs)
         why_eager = self._always_eager or self._untraceable(names, values)
         locked = why_eager is None and self._lock.acquire(blocking=False)
         try:
