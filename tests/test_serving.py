@@ -211,6 +211,12 @@ def test_warm_up_with_inductor_leaves_the_entries_compiled_and_saved(tmp_path: o
         x = torch.randn(5, 8)
         assert torch.allclose(again(x), net(x), atol=1e-5)
     assert again.last_call.how == "compiled" and again.cache_info().traces == 0
+    with torch.no_grad():  # NOTE: a loaded entry's layout guard reads the description's strides and sizes
+        t = torch.randn(8, 5).t()
+        assert torch.allclose(again(t), net(t), atol=1e-5)
+    loaded_why = again.cache_info().miss_reasons[-1]
+    assert loaded_why.startswith("entry 0: input.stride()") and "failed (found 1)" in loaded_why, loaded_why
+    assert "Error" not in loaded_why
     with torch.no_grad():
         t = torch.randn(8, 5).t()  # NOTE: [5, 8], strides (1, 5): the trace fits, Inductor's layout does not
         assert torch.allclose(f(t), net(t), atol=1e-5)

@@ -203,7 +203,8 @@ def _read_guards(se: ShapeEnv, fakes: Sequence[Any], t: Trace, dims: Mapping[str
         if ".stride()" in leaf or ".storage_offset()" in leaf:
             # NOTE: a miss reports the left side's value (`failed (found 1)`), not the comparison's
             sides = re.split(r" (?:==|<=|>=|<|>|!=) ", text)
-            static.append(StaticGuard(text, text, sides[0] if len(sides) == 2 else text))
+            subject = next((x for x in sides if not x.strip().lstrip("-").isdigit()), text) if len(sides) == 2 else text
+            static.append(StaticGuard(text, text, subject))
             backend.append(BackendGuard(text, "Inductor: the layout of a tensor input", "layout"))
             continue
         expr = parse_guard(leaf, symbol)
