@@ -77,3 +77,47 @@ def test_compile_benchmark_fast_run() -> None:
     assert out.returncode == 0, out.stderr
     assert "| branches | 1 | 3 (3) | 2 | yes |" in out.stdout  # Dynamo's 3 guards -> 2, proven
     assert ((BENCH / "COMPILE.md").read_bytes() if (BENCH / "COMPILE.md").exists() else None) == before
+
+
+_REACH_CHECK = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import jit
+lines = ["# t", "a", "## Programs of issue 48: x", "| row |", "## later", "b"]
+rest, reach = jit._split_reach(lines)
+assert rest == ["# t", "a", "## later", "b"] and reach == ["## Programs of issue 48: x", "| row |"], (rest, reach)
+assert jit._split_reach(["# t"]) == (["# t"], [])
+before = torch._dynamo.config.capture_scalar_outputs, torch._dynamo.config.capture_dynamic_output_shape_ops
+with jit.CaptureFlags(True):
+    assert torch._dynamo.config.capture_scalar_outputs and torch._dynamo.config.capture_dynamic_output_shape_ops
+assert (torch._dynamo.config.capture_scalar_outputs, torch._dynamo.config.capture_dynamic_output_shape_ops) == before
+assert jit.same(torch.ones(2), torch.ones(2) + 1e-7) and not jit.same(torch.ones(2), torch.ones(2) + 1e-2)
+assert not jit.same(torch.ones(2, dtype=torch.int64), torch.ones(2))
+moe = jit.make_moe()
+x = torch.randn(1, 16)  # one token: two of the four experts get none
+assert moe(x).shape == (1, 16)
+print("ok")
+"""
+
+
+def test_jit_reach_helpers() -> None:
+    """jit.py's `--reach` pieces without compiling: its section is cut out of JIT.md's lines up to
+    the next heading, the capture flags are restored, outputs compare within tolerance."""
+    out = subprocess.run([sys.executable, "-c", _REACH_CHECK, str(BENCH)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
+
+
+@pytest.mark.slow
+def test_jit_reach_item_row() -> None:
+    """`jit.py --reach --quick --only item`: the `.item()` row for every system, printed, JIT.md untouched."""
+    before = (BENCH / "JIT.md").read_bytes()
+    out = subprocess.run([sys.executable, str(BENCH / "jit.py"), "--reach", "--quick", "--only", "item"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| `.item()` branch")]
+    assert [r.split(" | ")[1] for r in rows[:4]] == ["guardsolve", "torch.compile", "torch.compile + capture flags",
+                                                     "eager"]
+    assert all(r.split(" | ")[7] == "0" for r in rows[:3]), rows  # no output differs from eager's
+    assert len(rows) == 5 and ("MET" in rows[4] or "MISSED" in rows[4]), rows  # its row of issue 48's targets
+    assert (BENCH / "JIT.md").read_bytes() == before
