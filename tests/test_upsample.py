@@ -110,6 +110,20 @@ def test_unet_interpolate_size_from_shape_one_compile() -> None:
     assert "interpolate" in fast.entries[0].variants[0].explain()
 
 
+def test_a_size_read_from_another_ops_output_compiles_once() -> None:
+    """A position table resized to a pooled grid: the decomposition's scale `4 / grid` is a
+    float of a size no graph node reads (the input's, through the pool's output size), which
+    Inductor's float-to-tensor pass could not find (`KeyError: s0`): every call ran eagerly."""
+    pos = torch.randn(1, 3, 4, 4)
+
+    def table(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(pos, size=F.avg_pool2d(x, 4).shape[-2:], mode="bilinear") + 1
+
+    fast = _served(table, [(2, 3, 16, 16), (1, 3, 8, 24), (3, 3, 32, 12), (2, 3, 4, 4), (1, 3, 40, 20)])
+    info = fast.cache_info()
+    assert (info.traces, info.compiles, info.eager_calls) == (1, 1, 0), info
+
+
 @pytest.mark.slow
 def test_vit_bicubic_position_table_one_compile_over_grids() -> None:
     """A ViT's learned position table (4 x 4) resized by bicubic interpolation to the patch grid

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import operator
 import os
 import re
 import tempfile
@@ -384,6 +385,8 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
             failures.append(f"make_fx could not re-trace the trace: {type(e).__name__}: {_first_line(e)}")
             continue
         _tensor_outputs(gm)
+        with mode:
+            _scalars_as_tensors(gm)
         for n in gm.graph.nodes:
             if "val" in n.meta:
                 # NOTE: standalone_compile("from_graph") reads `example_value`; without it, it falls
@@ -750,6 +753,59 @@ def _standalone(gm: Any, inputs: list[Any], oblivious: bool, threads: int | None
         patch["cpp.threads"] = threads
     with scope, config.patch(patch):
         return torch._inductor.standalone_compile(gm, inputs, dynamic_shapes="from_graph")
+
+
+_SYMFLOAT_OPS = {operator.truediv: torch.ops.aten.div.Tensor, operator.mul: torch.ops.aten.mul.Tensor,
+                 operator.add: torch.ops.aten.add.Tensor, operator.sub: torch.ops.aten.sub.Tensor}
+
+
+def _scalars_as_tensors(gm: Any) -> None:
+    """A float computed from sizes in Python (a decomposition's `scale = in_size / out_size`,
+    a `SymFloat`) used as an op's scalar, computed instead as a 0-d float64 tensor from the sizes.
+
+    Inductor's pass that turns such floats into tensors (`_tensorify_python_scalars`) finds a
+    size symbol only where a graph node reads it: a size computed from another op's output
+    (`interpolate(pos, size=avg_pool2d(x, 4).shape[-2:])`) names the input's symbol, which no
+    node reads, and the pass raised `KeyError: s0`. A 0-d float64 tensor in place of a
+    Python float keeps each op's result dtype (a 0-d tensor does not promote a float tensor) and
+    its double-precision value."""
+    def as_tensor(arg: Any, before: Any) -> Any:
+        if isinstance(arg, torch.fx.Node) and "tensor" in arg.meta:
+            return arg.meta["tensor"]  # NOTE: a float this pass already made a tensor
+        with gm.graph.inserting_before(before):
+            v = arg.meta["val"] if isinstance(arg, torch.fx.Node) else arg
+            t = gm.graph.call_function(torch.ops.aten.scalar_tensor.default, (arg,), {"dtype": torch.float64})
+            t.meta["val"] = torch.ops.aten.scalar_tensor.default(v, dtype=torch.float64)
+        return t
+
+    changed = False
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target not in _SYMFLOAT_OPS or not isinstance(n.meta.get("val"), torch.SymFloat):
+            continue
+        if not all(isinstance(a, (torch.fx.Node, int, float)) for a in n.args):
+            continue
+        a, b = (as_tensor(x, n) for x in n.args)
+        with gm.graph.inserting_before(n):
+            t = gm.graph.call_function(_SYMFLOAT_OPS[n.target], (a, b))
+            t.meta["val"] = _SYMFLOAT_OPS[n.target](a.meta["val"], b.meta["val"])
+        n.meta["tensor"] = t
+        changed = True
+    if not changed:
+        return
+    for n in list(gm.graph.nodes):
+        if n.op == "call_function" and "tensor" not in n.meta:
+            n.args = tuple(_tensor_of(a) for a in n.args)
+            n.kwargs = {k: _tensor_of(v) for k, v in n.kwargs.items()}
+    for n in reversed(list(gm.graph.nodes)):
+        if "tensor" in n.meta and not n.users:
+            del n.meta["tensor"]
+            gm.graph.erase_node(n)
+    gm.graph.lint()
+    gm.recompile()
+
+
+def _tensor_of(a: Any) -> Any:
+    return a.meta["tensor"] if isinstance(a, torch.fx.Node) and "tensor" in a.meta else a
 
 
 def _tensor_outputs(gm: Any) -> None:
