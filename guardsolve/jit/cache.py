@@ -455,10 +455,11 @@ class GuardedFunction:
 
     def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...],
               values: tuple[Any, ...], seen: tuple[Entry, ...], background: bool = False) -> Any:
-        if self._failed and not background:
+        sig = self._signature(names, values) if self._failed else None
+        if sig is not None and not background:
             # NOTE: a signature remembered as untraceable: eager's cost plus the lookup (no record:
             # `eager_reasons` counts it)
-            why = self._failed.get(self._signature(names, values))
+            why = self._failed.get(sig)
             if why is not None and not why.startswith(_RAISED):
                 self._misses.inc()
                 self._eager.inc()
@@ -503,7 +504,8 @@ class GuardedFunction:
                         warnings.warn(f"{getattr(self.fn, '__name__', 'function')}: guarded cache is full "
                                       f"({self.max_entries} entries); running eagerly", stacklevel=3)
                         self._warned = True
-            sig = self._signature(names, values) if why_eager is None else None
+            if sig is None and why_eager is None:
+                sig = self._signature(names, values)
             if why_eager is None and sig is not None and sig in self._failed:
                 why_eager = self._failed[sig]
                 if why_eager.startswith(_RAISED):
