@@ -63,7 +63,7 @@ from guardsolve.ir.ops import Op
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
 from guardsolve.trace.replay import compile_replay
-from guardsolve.trace.state import StateCheck, reachable_grad, recording
+from guardsolve.trace.state import StateCheck, reachable_grad, reachable_tensors, recording
 from guardsolve.trace.static import StaticGuard, autocast_guard, autocast_state, is_static_value, state_guards, value_guard, value_key
 from guardsolve.trace.tracer import Trace, is_traced, trace, tracing
 
@@ -98,6 +98,9 @@ class Entry:
     # reads requires grad under grad mode: a replay would record no autograd history)
     autograd: str | None = None
     const_leaves: tuple[int | None, ...] = ()  # each constant's leaf in `state` (`bind_state`)
+    # NOTE: traced in grad mode with a tensor requiring grad: its variants are AOTAutograd's
+    # (forward and backward), called with the live parameters
+    train: bool = False
 
     @property
     def hits(self) -> int:
@@ -519,6 +522,10 @@ class GuardedFunction:
                 why_eager = self._limit()  # NOTE: a trace it could not compile: not even traced
             if why_eager is not None:
                 return self._run_eagerly(record, why_eager, args, kwargs, background)
+            # NOTE: a training call (Inductor): the trace runs the program, and its writes (batch
+            # norm's running statistics, the random stream) are undone before the compiled
+            # forward runs it again, so the call changes them once, as eager does
+            snapshot = _Snapshot.take(self.fn, values) if self.backend == "inductor" and self._grad(names, values) else None
             try:
                 entry = self._trace(names, values)
             except _StateWritten as w:
@@ -532,6 +539,12 @@ class GuardedFunction:
                 if self._writes >= 2:
                     self._always_eager = why
                 self._log.append(f"{why}; no entry kept")
+                if snapshot is not None:
+                    # NOTE: the traced run's output has no autograd history: eager runs the call
+                    # again, its tensors put back first (state outside tensors, written twice)
+                    snapshot.restore()
+                    return self._run_eagerly(record, f"{why}; no entry kept (grad mode: run again eagerly)",
+                                             args, kwargs, background)
                 self._tls.last = (_K_TRACED, None, None, f"{why}; no entry kept")
                 return w.output
             except EagerError as e:
@@ -558,10 +571,22 @@ class GuardedFunction:
                 why = (f"{entry.trace.unreplayable}; no entry kept" if entry.trace.unreplayable else
                        "the trace's output holds objects a replay cannot rebuild; no entry kept")
                 self._log.append(why)
+                if snapshot is not None:
+                    # NOTE: the traced run's output has no autograd history: eager runs the call
+                    snapshot.restore()
+                    return self._run_eagerly(record, why, args, kwargs, background)
                 self._tls.last = (_K_TRACED, None, None, why)
                 return entry.trace.output
             grads = entry.state.requires_grad() if entry.state is not None and torch.is_grad_enabled() else []
-            if grads:
+            if grads and snapshot is not None:
+                # NOTE: autograd through Inductor: a joint forward and backward (see `compile_variant`)
+                snapshot.restore()
+                entry.train = True
+                variant = self._compile(entry, values)
+                if variant is not None:
+                    entry.variants = (variant,)
+                    self._save(entry, variant)
+            elif grads:
                 # NOTE: the trace recorded no autograd history: its output is not eager's. The
                 # entry is kept, so later calls in this state run eagerly without tracing
                 entry.autograd = (f"autograd: grad mode is on and {grads[0]} requires grad"
@@ -582,6 +607,14 @@ class GuardedFunction:
             out, entry.trace.output = entry.trace.output, None  # NOTE: the entry keeps no output alive
             if entry.autograd is not None:
                 return self._run_eagerly(record, entry.autograd, args, kwargs, background)
+            if entry.train:
+                # NOTE: the trace's own output has no autograd history: the compiled forward (or
+                # eager) computes this call's
+                if not entry.variants:
+                    return self._run_eagerly(record, f"Inductor cannot compile this trace: {entry.uncompiled}",
+                                             args, kwargs, background)
+                self._tls.last = (_K_TRACED, entry, entry.variants[0], record)
+                return entry.variants[0].run(*(values if entry.traced is None else [values[i] for i in entry.traced]))
             self._tls.last = (_K_TRACED, entry, entry.variants[0] if entry.variants else None, record)
             return out
         finally:
@@ -616,7 +649,7 @@ class GuardedFunction:
         try:
             with step(f"{self._name()}: compiling {which} with Inductor at {describe(entry.names, values)}"):
                 v = compile_variant(entry.trace, entry.guards, traced, entry.static, entry.names, self.timeout_ms,
-                                    save=self.cache_dir is not None)
+                                    save=self.cache_dir is not None, train=entry.train)
         except (CompileFailure, SolverError) as e:
             entry.uncompiled = str(e)
             return None
@@ -691,9 +724,8 @@ class GuardedFunction:
                     return f"argument {n!r} is a {type(v).__name__} with layout {v.layout}: only dense tensors trace"
             elif not is_static_value(v):
                 return f"argument {n!r} ({type(v).__name__}) is neither traced nor comparable by value"
-        if torch.is_grad_enabled():
-            grad = next((f"input {n!r}" for n, v in zip(names, values)
-                         if isinstance(v, torch.Tensor) and v.requires_grad), None) or reachable_grad(self.fn)
+        if torch.is_grad_enabled() and self.backend != "inductor":
+            grad = self._grad(names, values)
             if grad is not None:
                 # NOTE: a trace records no autograd graph, so its first output would not be eager's
                 if not self._warned_grad:
@@ -703,6 +735,13 @@ class GuardedFunction:
                     self._warned_grad = True
                 return f"autograd: grad mode is on and {grad} requires grad"
         return None
+
+    def _grad(self, names: tuple[str, ...], values: tuple[Any, ...]) -> str | None:
+        """An input or a tensor fn reaches that requires grad (in grad mode), by name, or None."""
+        if not torch.is_grad_enabled():
+            return None
+        return next((f"input {n!r}" for n, v in zip(names, values)
+                     if isinstance(v, torch.Tensor) and v.requires_grad), None) or reachable_grad(self.fn)
 
     def _trace(self, names: tuple[str, ...], values: tuple[Any, ...]) -> Entry:
         traced = tuple(i for i, v in enumerate(values)
@@ -961,6 +1000,33 @@ class GuardedFunction:
             self._reset()
 
 
+@dataclass
+class _Snapshot:
+    """What a training call's trace may write, copied before it runs: the tensors fn reaches
+    that do not require grad (buffers), the tensor arguments that do not, and the CPU random
+    generator's state. `restore()` puts them back."""
+
+    tensors: list[tuple[torch.Tensor, torch.Tensor]]
+    rng: torch.Tensor
+
+    @staticmethod
+    def take(fn: Any, values: tuple[Any, ...]) -> "_Snapshot":
+        seen: set[int] = set()
+        kept = []
+        for t in [*reachable_tensors(fn), *(v for v in values if isinstance(v, torch.Tensor))]:
+            if id(t) not in seen and not t.requires_grad:
+                seen.add(id(t))
+                kept.append((t, t.detach().clone()))
+        return _Snapshot(kept, torch.random.get_rng_state())
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for t, saved in self.tensors:
+                if t.shape == saved.shape and not torch.equal(t, saved):
+                    t.copy_(saved)
+        torch.random.set_rng_state(self.rng)
+
+
 def bind_state(entry: Entry) -> None:
     """Make the entry read its state's tensors where they live now: when the state check finds a
     tensor rebound (a replaced weight of the same kind), the replay, the trace's constants (which
@@ -992,7 +1058,7 @@ def bind_state(entry: Entry) -> None:
                 if entry.run is not _no_replay and entry.run is not _never:
                     entry.run.__globals__[names[j]] = new
             for v in entry.variants:
-                v.run.__globals__[f"_c{j}"] = new.detach()
+                v.run.__globals__[f"_c{j}"] = new if v.train else new.detach()
 
     state.on_rebind.append(rebind)
 

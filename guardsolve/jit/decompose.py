@@ -21,6 +21,9 @@ trace calls one of these ops, and for no other: a trace without them re-traces a
 (True, False)
 >>> type(retrace_scope(["aten.add.Tensor"])).__name__
 'nullcontext'
+
+Some ops that are no composites also read their input's sizes as ints without the Python
+dispatcher (`constant_pad_nd`); a trace calling one re-traces under it too.
 """
 
 from __future__ import annotations
@@ -47,6 +50,13 @@ _PACKETS: tuple[str, ...] = (
 )
 
 
+# NOTE: ops whose kernels, without the Python dispatcher, read sizes as ints (FakeTensor answers
+# `aten.size` with ints): `constant_pad_nd` (and `pad`, which calls it) pinned both dims of a
+# causal LM's labels, padded by one for the shift (transformers' `ForCausalLMLoss`); under the
+# Python dispatcher its meta runs at symbolic sizes. Rule table: add an op, not a branch.
+_NEED_PYTHON_DISPATCHER: frozenset[str] = frozenset({"aten.pad.default", "aten.constant_pad_nd.default"})
+
+
 def symbolic_composites() -> frozenset[str]:
     """The overloads of `_PACKETS` that are C++ composites with a Python decomposition
     registered for the Python dispatcher, spelled as a trace spells an op
@@ -65,8 +75,8 @@ def symbolic_composites() -> frozenset[str]:
 
 def retrace_scope(ops: Iterable[str]) -> contextlib.AbstractContextManager[Any]:
     """The Python dispatcher where `ops` (a trace's, as `symbolic_composites` spells them) include one
-    of the composites, else nothing."""
-    wanted = symbolic_composites()
+    of the composites or an op of `_NEED_PYTHON_DISPATCHER`, else nothing."""
+    wanted = symbolic_composites() | _NEED_PYTHON_DISPATCHER
     return enable_python_dispatcher() if any(op in wanted for op in ops) else contextlib.nullcontext()
 
 

@@ -129,9 +129,11 @@ def _oblivious() -> Any:
         yield
 
 
-def _fakes(mode: FakeTensorMode, se: ShapeEnv, t: Trace, values: Sequence[Any]) -> tuple[list[Any], dict[str, str]]:
+def _fakes(mode: FakeTensorMode, se: ShapeEnv, t: Trace, values: Sequence[Any],
+           train: bool = False) -> tuple[list[Any], dict[str, str]]:
     """A fake per traced input (every size a symbol with range [0, inf), even 0 and 1; a Python
-    int a symbol too) and the symbols' names in the trace's dims."""
+    int a symbol too) and the symbols' names in the trace's dims. With `train`, a fake requires
+    grad where its input does (AOTAutograd differentiates with respect to those)."""
     fakes: list[Any] = []
     dims: dict[str, str] = {}
     for p, v in zip(t.signature, values):
@@ -142,7 +144,8 @@ def _fakes(mode: FakeTensorMode, se: ShapeEnv, t: Trace, values: Sequence[Any]) 
             dims[f"L[{p.name!r}]"] = p.dims[0]
             continue
         ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * v.dim())
-        fakes.append(mode.from_tensor(v.detach(), symbolic_context=ctx, source=src))
+        fake = mode.from_tensor(v.detach(), symbolic_context=ctx, source=src)
+        fakes.append(fake.requires_grad_(True) if train and v.requires_grad else fake)
         for i, d in enumerate(p.dims):
             dims[f"L[{p.name!r}].size()[{i}]"] = d
     return fakes, dims
@@ -355,7 +358,7 @@ def aborts_on_bad_index(artifact: Any) -> bool:
 
 
 def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static: Sequence[StaticGuard],
-                    params: Sequence[str], timeout_ms: int = 5000, save: bool = False) -> Variant:
+                    params: Sequence[str], timeout_ms: int = 5000, save: bool = False, train: bool = False) -> Variant:
     """Compile `t` with Inductor at the example `values` (the trace's inputs) and build the
     variant's check: `trace_gs` and the backend's guards, minimal and proven (`verify()`).
     `static` and `params` are the entry's (see `GuardedFunction`). With `save`, the artifact's
@@ -364,57 +367,122 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
     Sizes are symbols from 0 up. The re-trace first reasons size-obliviously (one artifact
     for sizes 0, 1 and more where the kernels allow it); where that fails (a broadcast of a
     size the example has at 1), it re-traces with the sizes' own values deciding, and the
-    ShapeEnv records each decision as a guard."""
+    ShapeEnv records each decision as a guard. Where Inductor cannot compile the graph (its own
+    decompositions compute a float from sizes no node reads: batch norm's unbiased running
+    variance in train mode), the graph is decomposed here first and compiled again.
+
+    With `train` (grad mode on, a tensor the trace reads requires grad), the artifact is
+    AOTAutograd's: a forward and a backward compiled from one joint graph, both before the
+    first call, so the backward's guards are read back with the forward's. Its constants are
+    the live tensors (parameters, not detached copies), so gradients reach them. Such a
+    variant is compared with eager in outputs, gradients and mutated buffers; it re-traces
+    with the sizes deciding only (size-oblivious reasoning baked a saved activation's stride
+    into one backward)."""
     start = time.perf_counter()
     program, inputs, const_names, outs = flat_program(t)
-    consts = [t.constants[c].detach() for c in const_names]
+    consts = [t.constants[c] if train else t.constants[c].detach() for c in const_names]
     failures: list[str] = []
     called = [str(n.params["fn"]) for n in t.graph.nodes if n.op is Op.ATEN]
-    for oblivious in (True, False):
-        se = ShapeEnv(duck_shape=False, specialize_zero_one=False)
-        mode = FakeTensorMode(shape_env=se)
-        scope = _oblivious() if oblivious else contextlib.nullcontext()
-        try:
-            fakes, dims = _fakes(mode, se, t, values)
-            const_fakes = [mode.from_tensor(c, static_shapes=True) for c in consts]
-            # NOTE: a composite whose C++ kernel reads sizes as ints (upsample's `.vec`) would pin
-            # every dim or fail; it runs its Python decomposition instead (`jit/decompose.py`)
-            with scope, mode, torch.no_grad(), retrace_scope(called):
-                gm = make_fx(program, tracing_mode="fake")(*fakes, *const_fakes)
-        except Exception as e:
-            failures.append(f"make_fx could not re-trace the trace: {type(e).__name__}: {_first_line(e)}")
-            continue
-        _tensor_outputs(gm)
-        with mode:
-            _scalars_as_tensors(gm)
-        for n in gm.graph.nodes:
-            if "val" in n.meta:
-                # NOTE: standalone_compile("from_graph") reads `example_value`; without it, it falls
-                # back to a fresh ShapeEnv and compiles static (which segfaults at size 0)
-                n.meta["example_value"] = n.meta["val"]
-        cpp = sum(n.op == "call_function" for n in gm.graph.nodes) >= CPP_WRAPPER_MIN_OPS
-        try:
-            artifact = _standalone(gm, [*fakes, *const_fakes], oblivious, None, cpp)
+    for oblivious in ((False,) if train else (True, False)):
+        for decompose in (False, True):
+            try:
+                built = _build(program, t, values, consts, oblivious, decompose, called, train)
+            except _Failed as f:
+                failures.append(str(f))
+                if f.stage == "make_fx":
+                    break  # NOTE: a re-trace that fails fails decomposed too
+                continue
+            se, fakes, dims, gm, artifact, sizes = built
+            compile_s = time.perf_counter() - start
+            data = _artifact_bytes(artifact) if save else None
+            plain = plain_graph(gm) and not train  # NOTE: autograd's wrapper is the call itself
+            call = direct_call(artifact, len(outs)) if plain else None
+            v = _variant(t, trace_gs, values, static, params, timeout_ms, se, fakes, dims, artifact, inputs,
+                         consts, outs, compile_s, data, plain, call, train, sizes)
+            served = _flat_call(call or artifact, call is not None, sizes)
+            differs = _differs_at(t, v, values, params, gm, timeout_ms, program, served, consts, train)
+            if differs is not None:
+                # NOTE: never trusted: `(a * b)[:, :2]` compiled at `b` of 1 column gave 2 columns (the
+                # slice's end not clamped to the size, in both re-traces) where eager gives 1; the
+                # call runs eagerly, with this reason (`cache_info`)
+                failures.append(f"the artifact {differs}")
+                break
+            return v
+    raise CompileFailure("; ".join(dict.fromkeys(failures)) if len(failures) > 1 else failures[-1])
+
+
+class _Failed(Exception):
+    """One route of `compile_variant` that failed, at `stage` ("make_fx" or "inductor")."""
+
+    def __init__(self, stage: str, text: str) -> None:
+        super().__init__(text)
+        self.stage = stage
+
+
+def _build(program: Callable[..., Any], t: Trace, values: Sequence[Any], consts: Sequence[torch.Tensor],
+           oblivious: bool, decompose: bool, called: Sequence[str], train: bool) -> tuple[Any, ...]:
+    """One route: re-trace at symbolic sizes (size-obliviously or not, through Inductor's own
+    decompositions or not) and compile. Returns (ShapeEnv, fakes, dims, graph, artifact, sizes):
+    `sizes`, for a training graph, the (input, dim) pairs it takes as ints after the constants.
+
+    NOTE: a training graph takes its inputs' sizes as int arguments too, as Dynamo's graphs do.
+    AOTAutograd's partitioner hands the backward the sizes it needs only where a forward node
+    holds them: a causal LM's loss saved its labels flattened (`b * s` elements), and the
+    backward, needing `s + 1`, failed to compile ("expected [s38] to have been codegen-ed")."""
+    se = ShapeEnv(duck_shape=False, specialize_zero_one=False)
+    mode = FakeTensorMode(shape_env=se)
+    scope = _oblivious() if oblivious else contextlib.nullcontext()
+    try:
+        fakes, dims = _fakes(mode, se, t, values, train)
+        const_fakes = [mode.from_tensor(c, static_shapes=True) for c in consts]
+        sizes = [(k, i) for k, f in enumerate(fakes) if train and isinstance(f, torch.Tensor)
+                 for i, d in enumerate(f.shape) if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol]
+        size_args = [fakes[k].size(i) for k, i in sizes]
+        head = len(fakes) + len(const_fakes)
+        table = _decompositions() if decompose else None
+        # NOTE: a composite whose C++ kernel reads sizes as ints (upsample's `.vec`) would pin
+        # every dim or fail; it runs its Python decomposition instead (`jit/decompose.py`)
+        with scope, mode, torch.no_grad(), retrace_scope(called):
+            gm = make_fx(lambda *a: program(*a[:head]), tracing_mode="fake",
+                         decomposition_table=table)(*fakes, *const_fakes, *size_args)
+    except Exception as e:
+        raise _Failed("make_fx", f"make_fx could not re-trace the trace: {type(e).__name__}: {_first_line(e)}") from e
+    _tensor_outputs(gm)
+    with mode:
+        _scalars_as_tensors(gm)
+    for n in gm.graph.nodes:
+        if "val" in n.meta:
+            # NOTE: standalone_compile("from_graph") reads `example_value`; without it, it falls
+            # back to a fresh ShapeEnv and compiles static (which segfaults at size 0)
+            n.meta["example_value"] = n.meta["val"]
+    cpp = sum(n.op == "call_function" for n in gm.graph.nodes) >= CPP_WRAPPER_MIN_OPS and not train
+    grad = torch.enable_grad() if train else torch.no_grad()
+    try:
+        with grad:
+            artifact = _standalone(gm, [*fakes, *const_fakes, *size_args], oblivious, None, cpp)
             if aborts_on_bad_index(artifact):
                 # NOTE: an index out of range (eager's IndexError) would abort the process
-                artifact = _standalone(gm, [*fakes, *const_fakes], oblivious, 1, cpp)
-        except Exception as e:
-            failures.append(f"Inductor could not compile the trace: {type(e).__name__}: {_first_line(e)}")
-            continue
-        compile_s = time.perf_counter() - start
-        data = _artifact_bytes(artifact) if save else None
-        plain = plain_graph(gm)
-        v = _variant(t, trace_gs, values, static, params, timeout_ms, se, fakes, dims, artifact, inputs,
-                     consts, outs, compile_s, data, plain)
-        differs = _differs_at(t, v, values, params, gm, timeout_ms)
-        if differs is not None:
-            # NOTE: never trusted: `(a * b)[:, :2]` compiled at `b` of 1 column gave 2 columns (the
-            # slice's end not clamped to the size, in both re-traces) where eager gives 1; the
-            # call runs eagerly, with this reason (`cache_info`)
-            failures.append(f"the artifact {differs}")
-            continue
-        return v
-    raise CompileFailure(failures[-1])
+                artifact = _standalone(gm, [*fakes, *const_fakes, *size_args], oblivious, 1, cpp)
+    except Exception as e:
+        how = " (decomposed)" if decompose else ""
+        raise _Failed("inductor", f"Inductor could not compile the trace{how}: {type(e).__name__}: {_first_line(e)}") from e
+    return se, fakes, dims, gm, artifact, sizes
+
+
+def _decompositions() -> dict[Any, Any]:
+    from torch._inductor.decomposition import select_decomp_table
+
+    return select_decomp_table()
+
+
+def _flat_call(call: Callable[..., Any], boxed: bool, sizes: Sequence[tuple[int, int]] = ()) -> Callable[..., Any]:
+    """The artifact as `f(*inputs, *constants) -> [out0, ...]`, as the variant's runner calls it
+    (with `sizes`, those of the inputs appended)."""
+    def flat(*a: Any) -> Any:
+        args = [*a, *(a[k].size(i) for k, i in sizes)]
+        return call(args) if boxed else call(*args)
+
+    return flat
 
 
 # -- the artifact against eager -----------------------------------------------------------------
@@ -448,30 +516,33 @@ def _draws_random(gm: Any) -> bool:
     return any(torch.Tag.nondeterministic_seeded in op.tags for op in _ops(gm))
 
 
-def _differs_at(t: Trace, v: Variant, values: Sequence[Any], params: Sequence[str], gm: Any,
-                timeout_ms: int) -> str | None:
+def _differs_at(t: Trace, v: Variant, values: Sequence[Any], params: Sequence[str], gm: Any, timeout_ms: int,
+                program: Callable[..., Any], served: Callable[..., Any], consts: Sequence[torch.Tensor],
+                train: bool = False) -> str | None:
     """Where and how the artifact differs from the trace's replay (eager's kernels): at the
     inputs it was compiled at, then at up to three points far from them that its check accepts
-    (`_far_points`); outputs and, where the graph mutates, the inputs after the call. Sizes and
-    dtypes always; values too (within `_TOLERANCE`) unless the re-traced graph `gm` draws random
-    numbers or reads memory it never wrote. None when it agrees.
+    (`_far_points`); outputs and, where the graph mutates, the inputs and constants after the
+    call (both run on copies: a buffer the graph updates, batch norm's running statistics, is
+    not changed by the comparison). With `train`, the gradients too, with respect to every
+    input and constant that requires grad, for one random cotangent. Sizes and dtypes always;
+    values too (within `_TOLERANCE`) unless the re-traced graph `gm` draws random numbers or
+    reads memory it never wrote. None when it agrees. `program` is the flat replay and
+    `served` the artifact as the variant calls it, both `f(*inputs, *constants)`.
 
     NOTE: defense in depth. The check is meant to hold every assumption the artifact was built
     under; an assumption it misses (an FX graph cache hit once dropped a pooling guard) shows as
     values that differ at some size the check accepts, and the artifact is then never used.
     """
-    from guardsolve.trace.replay import compile_replay
-
-    replay = compile_replay(t.graph, t.out_spec, t.constants)
     copy, random = not v.plain, _draws_random(gm)
     compare_values = not random and not any(op._schema.name in _UNINITIALIZED for op in _ops(gm))
     for where, args in _points(t, v, values, params, timeout_ms):
-        want = _outcome(replay, args, copy, random)
+        everything = [*args, *consts]
+        want = _outcome(program, everything, copy, random, train)
         if isinstance(want, BaseException):
             if args is values:
                 raise want  # NOTE: eager's own error at the call's inputs: the call raises it
             continue  # NOTE: random data eager rejects (an index out of range): no comparison here
-        got = _outcome(v.run, args, copy, random)
+        got = _outcome(served, everything, copy, random, train)
         if isinstance(got, BaseException):
             return f"raises {type(got).__name__} ({_first_line(got)[:120]}) at {where}, where eager gives a value"
         why = _mismatch(want, got, compare_values)
@@ -480,21 +551,39 @@ def _differs_at(t: Trace, v: Variant, values: Sequence[Any], params: Sequence[st
     return None
 
 
-def _outcome(fn: Callable[..., Any], args: Sequence[Any], copy: bool, random: bool) -> _Outcome | BaseException:
-    """fn's tensor outputs at `args` and (with `copy`, on copies of the inputs) the tensor
-    inputs after the call; or what it raised. With `random`, the CPU generator's state is put
-    back after the call (the caller's random stream is eager's: only the call itself draws)."""
+def _outcome(fn: Callable[..., Any], args: Sequence[Any], copy: bool, random: bool,
+             train: bool = False) -> _Outcome | BaseException:
+    """fn's tensor outputs at `args` and (with `copy`, on copies of the arguments) the tensor
+    arguments after the call; or what it raised. With `train`, the outputs are followed by the
+    gradients of (outputs . a seeded random cotangent) with respect to each argument requiring
+    grad (zeros where it is unused). With `random`, the CPU generator's state is put back after
+    the call (the caller's random stream is eager's: only the call itself draws)."""
     from guardsolve.ir.flat import flatten as _flatten
 
     run_args = _copies(args) if copy else list(args)
     rng = torch.random.fork_rng(devices=[]) if random else contextlib.nullcontext()
     try:
-        with torch.no_grad(), rng:
+        with (torch.enable_grad() if train else torch.no_grad()), rng:
             out = fn(*run_args)
+            outs = [x for x in _flatten(out)[0] if isinstance(x, torch.Tensor)]
+            if train:
+                outs = outs + _gradients(outs, run_args)
     except Exception as e:
         return e
-    outs = [x for x in _flatten(out)[0] if isinstance(x, torch.Tensor)]
-    return outs, ([x for x in run_args if isinstance(x, torch.Tensor)] if copy else [])
+    return [o.detach() for o in outs], ([x.detach() for x in run_args if isinstance(x, torch.Tensor)] if copy else [])
+
+
+def _gradients(outs: Sequence[torch.Tensor], args: Sequence[Any]) -> list[torch.Tensor]:
+    """d(sum of each differentiable output times a seeded random tensor of its shape) / d(each
+    argument that requires grad)."""
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    diff = [o for o in outs if o.requires_grad and (o.dtype.is_floating_point or o.dtype.is_complex)]
+    if not leaves or not diff:
+        return []
+    gen = torch.Generator().manual_seed(1)
+    cot = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in diff]
+    grads = torch.autograd.grad(diff, leaves, cot, allow_unused=True)
+    return [torch.zeros_like(a) if g is None else g for a, g in zip(leaves, grads)]
 
 
 def _copies(args: Sequence[Any]) -> list[Any]:
@@ -512,7 +601,9 @@ def _copies(args: Sequence[Any]) -> list[Any]:
         if key not in storages:
             storages[key] = st.clone()
         view = torch.empty(0, dtype=a.dtype, device=a.device)
-        out.append(view.set_(storages[key], a.storage_offset(), a.size(), a.stride()))
+        with torch.no_grad():
+            view = view.set_(storages[key], a.storage_offset(), a.size(), a.stride())
+        out.append(view.requires_grad_(True) if a.requires_grad else view)
     return out
 
 
@@ -819,7 +910,8 @@ def _tensor_outputs(gm: Any) -> None:
 def _variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static: Sequence[StaticGuard],
              params: Sequence[str], timeout_ms: int, se: ShapeEnv, fakes: Sequence[Any], dims: Mapping[str, str],
              artifact: Any, inputs: Sequence[str], consts: Sequence[torch.Tensor], outs: Sequence[str],
-             compile_s: float, data: bytes | None, plain: bool) -> Variant:
+             compile_s: float, data: bytes | None, plain: bool, call: Callable[..., Any] | None,
+             train: bool, sizes: Sequence[tuple[int, int]] = ()) -> Variant:
     graph = _trace_part(trace_gs)
     exact = False
     try:
@@ -829,17 +921,19 @@ def _variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static: Sequen
         backend, layout, exact = _exact(t, values, graph), _exact_layout(t, values), True
     gs = simplify(graph, explore=False, timeout_ms=timeout_ms, jobs=1).with_static([*static, *layout], params)
     cert = gs.verify(timeout_ms=max(timeout_ms, 10000))
-    call = direct_call(artifact, len(outs)) if plain else None
-    run = runner(call or artifact, inputs, consts, outs, t.out_spec, boxed=call is not None)
+    extra = tuple(f"{inputs[k]}.size({i})" for k, i in sizes)
+    run = runner(call or artifact, inputs, consts, outs, t.out_spec, boxed=call is not None, extra=extra)
     return Variant(gs, run, tuple(backend), compile_s, cert, data, exact, plain=plain,
-                   direct=None if data is None else _direct(call))
+                   direct=None if data is None else _direct(call, train), train=train, extra=extra)
 
 
-def _direct(call: Callable[..., Any] | None) -> dict[str, Any] | str:
+def _direct(call: Callable[..., Any] | None, train: bool = False) -> dict[str, Any] | str:
     """What a later process needs to run `call` without importing Inductor (`jit/kernels.py`), or
     why it cannot (it then loads the artifact through Inductor)."""
     from guardsolve.jit.kernels import NotDirect, capture
 
+    if train:
+        return "a training variant: AOTAutograd's wrapper runs its forward and its backward"
     if call is None:
         return "Inductor's runtime wrapper runs it (its graph mutates an input or returns an alias of one)"
     try:

@@ -291,7 +291,7 @@ class Store:
                    "exact_example": variant.exact_example, "inputs": inputs, "consts": consts, "outs": outs,
                    "state": spec,
                    "out_spec": t.out_spec, "artifact": variant.artifact, "plain": variant.plain,
-                   "direct": variant.direct, "saved": time.time()}
+                   "train": variant.train, "extra": variant.extra, "direct": variant.direct, "saved": time.time()}
         try:
             data = dumps(payload)
         except (pickle.PicklingError, TypeError, AttributeError) as e:
@@ -325,18 +325,20 @@ class Store:
                 state = e.state if e is not None else restore_state(p["state"], self.fn)
                 leaves = tuple(c[1] if c[0] == "leaf" else None for c in p["consts"])
                 gs = _rebind(p["guards"], namespace)
-                consts = [c[1] if c[0] == "value" else _tensor_or_empty(state.leaves[c[1]].expect)
+                train = bool(p.get("train"))
+                consts = [c[1] if c[0] == "value" else _tensor_or_empty(state.leaves[c[1]].expect, train)
                           for c in p["consts"]]
                 call, why = _direct(p)
                 boxed = call is not None
                 if call is None:
                     call, boxed = self._through_inductor(name, p, why)
-                run = runner(call, p["inputs"], consts, p["outs"], p["out_spec"], boxed=boxed)
+                extra = tuple(p.get("extra", ()))
+                run = runner(call, p["inputs"], consts, p["outs"], p["out_spec"], boxed=boxed, extra=extra)
             except Exception as e:  # NOTE: any failure ignores this file, with its reason; none is used
                 self.skipped.append(f"{name}: {type(e).__name__}: {e}")
                 continue
             v = Variant(gs, run, tuple(p["backend"]), p["compile_s"], p["certificate"], None, p["exact_example"],
-                        loaded=True, plain=bool(p.get("plain")))
+                        loaded=True, plain=bool(p.get("plain")), train=train, extra=extra)
             self.load_seconds.append(time.perf_counter() - start)
             if e is None:
                 e = entries[group] = Loaded(p["entry"], tuple(p["names"]), p["traced"], state=state,
@@ -381,7 +383,10 @@ class Loaded:
     const_leaves: tuple[int | None, ...] = ()
 
 
-def _tensor_or_empty(v: Any) -> torch.Tensor:
-    """A leaf's tensor, detached; where the live state differs (the check then fails and the
-    artifact is never called), an empty stand-in."""
-    return v.detach() if isinstance(v, torch.Tensor) else torch.empty(0)
+def _tensor_or_empty(v: Any, live: bool = False) -> torch.Tensor:
+    """A leaf's tensor, detached (`live`: itself, for a training variant, whose gradients reach
+    it); where the live state differs (the check then fails and the artifact is never called),
+    an empty stand-in."""
+    if not isinstance(v, torch.Tensor):
+        return torch.empty(0)
+    return v if live else v.detach()

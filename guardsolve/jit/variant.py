@@ -47,6 +47,10 @@ class Variant:
     exact_example: bool = False  # a guard could not be translated: the variant serves its example's sizes only
     loaded: bool = False
     plain: bool = False  # no mutation, no output aliasing an input: Inductor's call is run directly
+    # NOTE: a forward and a backward (AOTAutograd's), for calls in grad mode: its constants are the
+    # live tensors, not detached copies, so gradients reach the parameters
+    train: bool = False
+    extra: tuple[str, ...] = ()  # expressions over the inputs passed after the constants (their sizes)
     # NOTE: for the store, Inductor's generated code and built kernels (`jit/kernels.py`), which a
     # later process runs without importing Inductor; or why it cannot (it then loads `artifact`
     # through Inductor); None where nothing is saved
@@ -76,10 +80,11 @@ class Variant:
 
 
 def runner(artifact: Callable[..., Any], inputs: Sequence[str], consts: Sequence[torch.Tensor],
-           outs: Sequence[str], out_spec: Any, boxed: bool = False) -> Callable[..., Any]:
-    """`run(*inputs)`: the artifact over the inputs and the constants, its flat outputs rebuilt
-    into the traced function's output structure. `boxed`: the artifact takes one list (Inductor's
-    own calling convention, `direct_call`).
+           outs: Sequence[str], out_spec: Any, boxed: bool = False, extra: Sequence[str] = ()) -> Callable[..., Any]:
+    """`run(*inputs)`: the artifact over the inputs, the constants and the `extra` expressions
+    over the inputs (a training graph's sizes), its flat outputs rebuilt into the traced
+    function's output structure. `boxed`: the artifact takes one list (Inductor's own calling
+    convention, `direct_call`).
 
     >>> from guardsolve.trace.tracer import Ref
     >>> r = runner(lambda a, c: [a + c], ["a"], [torch.ones(1)], ["v0"], {"y": Ref("v0")})
@@ -95,7 +100,7 @@ def runner(artifact: Callable[..., Any], inputs: Sequence[str], consts: Sequence
         cnames.append(f"_c{i}")
     result = _spec_source(out_spec, ns)
     got = "".join(f"{o}, " for o in outs)
-    args = ", ".join([*inputs, *cnames])
+    args = ", ".join([*inputs, *cnames, *extra])
     call = f"_art([{args}])" if boxed else f"_art({args})"
     lines = [f"def run({', '.join(inputs)}):",
              f"    {got} = {call}" if outs else f"    {call}",

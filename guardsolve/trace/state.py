@@ -52,8 +52,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dis
-import functools
 import enum
+import functools
+import itertools
 import importlib.util
 import operator
 import os
@@ -670,6 +671,40 @@ def reachable_grad(fn: Any) -> str | None:
     return None
 
 
+def reachable_tensors(fn: Any) -> list[torch.Tensor]:
+    """The tensors `fn` can reach without running (as `reachable_grad` walks them: a module's
+    parameters and buffers; a function's closure cells, defaults, the globals its code names,
+    and the modules among them), each once.
+
+    >>> bn = torch.nn.BatchNorm1d(2)
+    >>> [tuple(t.shape) for t in reachable_tensors(lambda x: bn(x))]
+    [(2,), (2,), (2,), (2,), ()]
+    """
+    inner = getattr(fn, "__func__", fn)
+    found: list[Any] = [fn] if isinstance(fn, torch.nn.Module) else []
+    code = getattr(inner, "__code__", None)
+    if code is not None:
+        for cell in inner.__closure__ or ():
+            try:
+                found.append(cell.cell_contents)
+            except ValueError:
+                continue
+        g = getattr(inner, "__globals__", {})
+        found += [g[n] for n in _all_global_names(code) if n in g]
+    found += list(getattr(inner, "__defaults__", None) or ())
+    self_ = getattr(fn, "__self__", None)
+    if self_ is not None:
+        found.append(self_)
+    out: dict[int, torch.Tensor] = {}
+    for v in found:
+        if isinstance(v, torch.Tensor):
+            out.setdefault(id(v), v)
+        elif isinstance(v, torch.nn.Module):
+            for t in itertools.chain(v.parameters(), v.buffers()):
+                out.setdefault(id(t), t)
+    return list(out.values())
+
+
 @functools.lru_cache(maxsize=1024)
 def _all_global_names(code: types.CodeType) -> tuple[str, ...]:
     """The global names `code` and its nested code load (a code object is immutable: cached)."""
@@ -680,4 +715,4 @@ def _all_global_names(code: types.CodeType) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-__all__ = ["is_state", "paused", "reachable_grad", "Leaf", "Read", "Recorder", "StateCheck", "recording"]
+__all__ = ["is_state", "paused", "reachable_grad", "reachable_tensors", "Leaf", "Read", "Recorder", "StateCheck", "recording"]
