@@ -459,10 +459,10 @@ def _build(program: Callable[..., Any], t: Trace, values: Sequence[Any], consts:
     grad = torch.enable_grad() if train else torch.no_grad()
     try:
         with grad:
-            artifact = _standalone(gm, [*fakes, *const_fakes, *size_args], oblivious, None, cpp)
+            artifact = _standalone(gm, [*fakes, *const_fakes, *size_args], oblivious, None, cpp, train)
             if aborts_on_bad_index(artifact):
                 # NOTE: an index out of range (eager's IndexError) would abort the process
-                artifact = _standalone(gm, [*fakes, *const_fakes, *size_args], oblivious, 1, cpp)
+                artifact = _standalone(gm, [*fakes, *const_fakes, *size_args], oblivious, 1, cpp, train)
     except Exception as e:
         how = " (decomposed)" if decompose else ""
         raise _Failed("inductor", f"Inductor could not compile the trace{how}: {type(e).__name__}: {_first_line(e)}") from e
@@ -818,7 +818,8 @@ class _FreshKey(CustomGraphPass):
         return self._uuid
 
 
-def _standalone(gm: Any, inputs: list[Any], oblivious: bool, threads: int | None, cpp: bool) -> Any:
+def _standalone(gm: Any, inputs: list[Any], oblivious: bool, threads: int | None, cpp: bool,
+                train: bool = False) -> Any:
     """`standalone_compile` of the re-traced graph, its lowering run in this call (never a cache hit)."""
     from torch._inductor import config
 
@@ -842,6 +843,12 @@ def _standalone(gm: Any, inputs: list[Any], oblivious: bool, threads: int | None
         patch["cpp_wrapper"] = True
     if threads is not None:
         patch["cpp.threads"] = threads
+    if train:
+        # NOTE: layout optimization (channels-last convolutions) restrides the backward's saved
+        # activations to the strides the forward's kernels chose at the example's sizes, which
+        # pinned a conv net's height and width (`8 * W == 64`); AOTAutograd assumes it off for
+        # dynamic shapes, which its detection does not see in a graph whose sizes live in tensors
+        patch["layout_optimization"] = False
     with scope, config.patch(patch):
         return torch._inductor.standalone_compile(gm, inputs, dynamic_shapes="from_graph")
 
