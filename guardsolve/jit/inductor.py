@@ -313,25 +313,57 @@ def compiled_graphs(artifact: Any) -> list[Any]:
     """The `CompiledFxGraph`s (Inductor's generated modules) inside a `standalone_compile` artifact."""
     from torch._inductor.output_code import CompiledFxGraph
 
+    return _inside(artifact, lambda f: isinstance(f, CompiledFxGraph))
+
+
+def autograd_functions(artifact: Any) -> list[type]:
+    """The `torch.autograd.Function` classes AOTAutograd made inside a training artifact (each
+    holds its forward's and backward's compiled code and their metadata)."""
+    return _inside(artifact, lambda f: isinstance(f, type) and issubclass(f, torch.autograd.Function)
+                   and hasattr(f.__dict__.get("metadata"), "bw_donated_idxs"))
+
+
+def keep_saved_tensors(artifact: Any) -> int:
+    """Mark each backward of a training artifact compiled with `donated_buffer=False` as
+    donating nothing (`bw_donated_idxs = []`); returns how many backwards it found.
+
+    NOTE: PyTorch internals (torch 2.13): compiled so, a backward's metadata keeps
+    `bw_donated_idxs = None`, and its runtime check (`None != []`, with the global flag on)
+    raised on `backward(retain_graph=True)` though no buffer was donated."""
+    n = 0
+    for fn in autograd_functions(artifact):
+        meta = getattr(fn, "metadata", None)
+        if meta is not None and hasattr(meta, "bw_donated_idxs"):
+            if meta.bw_donated_idxs is None:
+                meta.bw_donated_idxs = []
+            n += 1
+    return n
+
+
+def _inside(artifact: Any, want: Callable[[Any], bool]) -> list[Any]:
+    """The objects `want` accepts among those reachable from `artifact` through closures and
+    AOTAutograd's and Inductor's wrapper attributes (a found one is not looked into)."""
     found: list[Any] = []
     seen: set[int] = set()
     stack = [artifact]
     while stack and len(seen) < 10_000:
         f = stack.pop()
-        if id(f) in seen or isinstance(f, type):
+        if id(f) in seen:
             continue
         seen.add(id(f))
-        if isinstance(f, CompiledFxGraph):
+        if want(f):
             found.append(f)
+            continue
+        if isinstance(f, type):
             continue
         for c in getattr(f, "__closure__", None) or ():
             try:
                 stack.append(c.cell_contents)
             except ValueError:
                 continue
-        for a in ("_compiled_fn", "compiled_fn", "inner_fn", "fw_func"):
+        for a in ("_compiled_fn", "compiled_fn", "inner_fn", "fw_func", "__self__", "__func__"):
             v = getattr(f, a, None)
-            if v is not None and callable(v):
+            if v is not None and (callable(v) or isinstance(v, type)):
                 stack.append(v)
     return found
 
@@ -849,8 +881,14 @@ def _standalone(gm: Any, inputs: list[Any], oblivious: bool, threads: int | None
         # pinned a conv net's height and width (`8 * W == 64`); AOTAutograd assumes it off for
         # dynamic shapes, which its detection does not see in a graph whose sizes live in tensors
         patch["layout_optimization"] = False
-    with scope, config.patch(patch):
-        return torch._inductor.standalone_compile(gm, inputs, dynamic_shapes="from_graph")
+    # NOTE: a donated buffer (a saved activation the backward frees as it goes) makes
+    # `backward(retain_graph=True)` and a second backward raise, which eager allows
+    donate = torch._functorch.config.patch(donated_buffer=False) if train else contextlib.nullcontext()
+    with scope, config.patch(patch), donate:
+        artifact = torch._inductor.standalone_compile(gm, inputs, dynamic_shapes="from_graph")
+    if train and not keep_saved_tensors(artifact):
+        raise CompileFailure("no AOTAutograd backward found in the compiled artifact (PyTorch internals moved?)")
+    return artifact
 
 
 _SYMFLOAT_OPS = {operator.truediv: torch.ops.aten.div.Tensor, operator.mul: torch.ops.aten.mul.Tensor,
