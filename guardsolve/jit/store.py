@@ -350,9 +350,11 @@ class Store:
     def _through_inductor(self, name: str, p: Mapping[str, Any], why: str) -> tuple[Callable[..., Any], bool]:
         """The variant's artifact loaded by Inductor (it imports the compiler, and rebuilds the C++
         where Inductor's cache is cold) and whether it takes one list (its generated `call`)."""
-        from guardsolve.jit.inductor import direct_call, load_artifact
+        from guardsolve.jit.inductor import direct_call, keep_saved_tensors, load_artifact
 
         art = load_artifact(p["artifact"])
+        if p.get("train") and not keep_saved_tensors(art):
+            raise ValueError("a training variant with no AOTAutograd backward inside (PyTorch internals moved?)")
         self.through_inductor.append(f"{name} ({why})")
         call = direct_call(art, len(p["outs"])) if p.get("plain") else None
         return (art, False) if call is None else (call, True)
