@@ -578,6 +578,8 @@ class GuardedFunction:
                 self._tls.last = (_K_TRACED, None, None, why)
                 return entry.trace.output
             grads = entry.state.requires_grad() if entry.state is not None and torch.is_grad_enabled() else []
+            if torch.is_grad_enabled():
+                grads += [f"input {n!r}" for n, v in zip(names, values) if isinstance(v, torch.Tensor) and v.requires_grad]
             if grads and snapshot is not None:
                 # NOTE: autograd through Inductor: a joint forward and backward (see `compile_variant`)
                 snapshot.restore()

@@ -1,0 +1,209 @@
+"""Training through compiled entries: `guarded(model, backend="inductor")` in grad mode.
+
+A call in grad mode that reads a tensor requiring grad is served by a training variant: a
+forward and a backward compiled by Inductor from one joint graph (AOTAutograd), behind the
+entry's check. Each test trains a model through it and an eager copy side by side and compares
+every step's loss, gradients, parameters and buffers (`testing.train_side_by_side`).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import guardsolve
+from guardsolve.testing import random_program, train_side_by_side
+
+TOL = 1e-4  # relative, over every loss, gradient, parameter and buffer
+
+
+def _classifier() -> nn.Module:
+    """A token classifier over [batch, length] ids: embedding, linear, layer norm, linear."""
+    return nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 5))
+
+
+def _token_batches(shapes: list[tuple[int, int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(1)
+    return [(torch.randint(0, 50, (b, s), generator=gen), torch.randint(0, 5, (b, s), generator=gen))
+            for b, s in shapes]
+
+
+def _token_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_token_classifier_trains_as_eager_with_one_compile_per_size_class(optimizer: str) -> None:
+    make_opt = ((lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)) if optimizer == "sgd"
+                else (lambda p: torch.optim.AdamW(p, lr=1e-2)))
+    shapes = [(4, 7), (3, 9), (8, 5), (1, 1), (4, 7), (2, 12), (1, 3)]
+    worst, fast = train_side_by_side(_classifier, _token_batches(shapes), make_opt, _token_loss,
+                                     lambda m: guardsolve.guarded(m, backend="inductor"))
+    info = fast.cache_info()
+    assert worst < TOL, worst
+    assert info.eager_calls == 0, info.eager_reasons
+    assert info.traces == 1
+    # NOTE: sizes from 2 up share one variant; a size of 1 another (the backward's own guards)
+    assert info.compiles <= 3, info.miss_reasons
+    assert all(v.train for v in fast.entries[0].variants)
+
+
+def test_batchnorm_in_train_mode_updates_its_statistics_once_per_step() -> None:
+    def make() -> nn.Module:
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+
+    gen = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(b, 3, s, s, generator=gen), torch.randint(0, 4, (b,), generator=gen))
+               for b, s in [(4, 8), (3, 12), (8, 16), (2, 8), (4, 10), (2, 3)]]
+    worst, fast = train_side_by_side(make, batches, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+                                     F.cross_entropy, lambda m: guardsolve.guarded(m, backend="inductor"))
+    info = fast.cache_info()
+    assert worst < TOL, worst
+    assert info.eager_calls == 0, info.eager_reasons
+    assert info.compiles == 1, info.miss_reasons  # NOTE: height and width stay symbolic
+    bn = fast.fn[1]
+    assert int(bn.num_batches_tracked) == len(batches)
+
+
+def test_gradients_reach_inputs_and_retain_graph_allows_a_second_backward() -> None:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    fast = guardsolve.guarded(m, backend="inductor")
+    for b in (5, 3):
+        x = torch.randn(b, 4, requires_grad=True)
+        y = fast(x)
+        assert fast.last_call.how in ("traced", "compiled")
+        y.sum().backward(retain_graph=True)
+        first = x.grad.clone()
+        y.sum().backward()  # NOTE: a second backward through the same compiled graph
+        x_ref = x.detach().clone().requires_grad_(True)
+        m(x_ref).sum().backward()
+        assert torch.allclose(first, x_ref.grad, atol=1e-6)
+        assert torch.allclose(x.grad, 2 * x_ref.grad, atol=1e-6)
+    assert fast.cache_info().eager_calls == 0
+
+
+def test_a_closure_over_a_trainable_module_keeps_its_autograd_history() -> None:
+    torch.manual_seed(0)
+    net = nn.Linear(6, 3)
+    ref = nn.Linear(6, 3)
+    ref.load_state_dict(net.state_dict())
+    fast = guardsolve.guarded(lambda x: torch.relu(net(x)).sum(-1), backend="inductor")
+    for b in (4, 7):
+        x = torch.randn(b, 6)
+        fast(x).sum().backward()
+        torch.relu(ref(x)).sum(-1).sum().backward()
+    assert torch.allclose(net.weight.grad, ref.weight.grad, atol=1e-5)
+    assert fast.cache_info().eager_calls == 0
+
+
+def test_a_replaced_parameter_is_the_one_trained() -> None:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    fast = guardsolve.guarded(m, backend="inductor")
+    fast(torch.randn(3, 4)).sum().backward()
+    m[0].weight = nn.Parameter(torch.randn(4, 4))  # NOTE: rebound, as a user's reset would
+    x = torch.randn(5, 4)
+    out = fast(x)
+    assert torch.allclose(out, m(x), atol=1e-6)
+    out.sum().backward()
+    assert m[0].weight.grad is not None and m[0].weight.grad.abs().sum() > 0
+    assert fast.cache_info().traces == 1
+
+
+def test_inference_calls_are_served_by_an_inference_entry() -> None:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    fast = guardsolve.guarded(m, backend="inductor")
+    fast(torch.randn(3, 4)).sum().backward()
+    with torch.no_grad():
+        y = fast(torch.randn(6, 4))
+    assert not y.requires_grad
+    trained, served = fast.entries[0], fast.entries[fast.last_call.entry]
+    assert served is not trained and not served.train and not served.variants[0].train
+    assert trained.train and trained.variants[0].train
+
+
+def test_autocast_bfloat16_training_is_served_compiled() -> None:
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(out.float(), y)
+
+    class Cast(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return self.net(x)
+
+    gen = torch.Generator().manual_seed(3)
+    batches = [(torch.randn(b, 16, generator=gen), torch.randn(b, 4, generator=gen)) for b in (4, 7, 9)]
+    worst, fast = train_side_by_side(Cast, batches, lambda p: torch.optim.SGD(p, lr=0.1), loss,
+                                     lambda m: guardsolve.guarded(m, backend="inductor"))
+    assert worst < 1e-2, worst  # NOTE: bfloat16's own rounding
+    assert fast.cache_info().eager_calls == 0 and fast.cache_info().compiles == 1
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_random_programs_train_their_inputs_as_eager(seed: int) -> None:
+    rng = random.Random(seed)
+    name, fn, (a, b) = random_program(rng)
+    fast = guardsolve.guarded(fn, backend="inductor")
+    for scale in (1, 2):
+        a1 = a.repeat(scale, 1).clone().requires_grad_(True)
+        b1 = b.repeat(scale, 1).clone()
+        ref = a1.detach().clone().requires_grad_(True)
+        try:
+            want = fn(ref, b1)
+        except (RuntimeError, IndexError):
+            continue  # NOTE: shapes eager rejects at this scale
+        got = fast(a1, b1)
+        assert torch.allclose(got, want, atol=1e-5), name
+        cot = torch.randn(want.shape, generator=torch.Generator().manual_seed(0))
+        (got * cot).sum().backward()
+        (want * cot).sum().backward()
+        assert torch.allclose(a1.grad, ref.grad, atol=1e-5), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(20, 36))
+def test_random_programs_train_as_eager_many(seed: int) -> None:
+    test_random_programs_train_their_inputs_as_eager(seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["gpt2", "bert"])
+def test_transformers_train_as_eager(arch: str) -> None:
+    transformers = pytest.importorskip("transformers")
+    if arch == "gpt2":
+        cfg = transformers.GPT2Config(n_layer=1, n_embd=64, n_head=2, vocab_size=128, n_positions=64, use_cache=False,
+                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        make = lambda: transformers.GPT2LMHeadModel(cfg).train()  # noqa: E731
+    else:
+        cfg = transformers.BertConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=2, intermediate_size=128,
+                                      vocab_size=128, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                      attention_probs_dropout_prob=0.0)
+        make = lambda: transformers.BertForMaskedLM(cfg).train()  # noqa: E731
+
+    class LM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = make()
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.model(input_ids=ids, labels=ids).loss
+
+    gen = torch.Generator().manual_seed(4)
+    batches = [(torch.randint(0, 128, (b, s), generator=gen),) for b, s in [(2, 16), (3, 24), (4, 9), (2, 16), (8, 32)]]
+    worst, fast = train_side_by_side(LM, batches, lambda p: torch.optim.AdamW(p, lr=1e-3), lambda loss: loss,
+                                     lambda m: guardsolve.guarded(m, backend="inductor"))
+    info = fast.cache_info()
+    assert worst < TOL, worst
+    assert info.eager_calls == 0, info.eager_reasons
+    assert info.compiles == 1, info.miss_reasons
