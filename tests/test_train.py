@@ -9,6 +9,7 @@ every step's loss, gradients, parameters and buffers (`testing.train_side_by_sid
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 import torch
@@ -207,3 +208,74 @@ def test_transformers_train_as_eager(arch: str) -> None:
     assert worst < TOL, worst
     assert info.eager_calls == 0, info.eager_reasons
     assert info.compiles == 1, info.miss_reasons
+
+
+def test_dropout_under_fallback_random_draws_eagers_exact_values() -> None:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 4))
+    ref = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 4))
+    ref.load_state_dict(m.state_dict())
+    fast = guardsolve.guarded(m, backend="inductor")
+    with torch._inductor.config.patch(fallback_random=True):
+        for b in (4, 7, 4):
+            x = torch.randn(b, 16)
+            torch.manual_seed(b)
+            got = fast(x)
+            torch.manual_seed(b)
+            want = ref(x)
+            assert torch.equal(got, want)  # NOTE: the traced call too: its draws are put back
+            got.square().mean().backward()
+            want.square().mean().backward()
+            assert torch.allclose(m[0].weight.grad, ref[0].weight.grad, atol=1e-6)
+    assert fast.cache_info().eager_calls == 0
+
+
+def test_dropout_without_fallback_random_keeps_eagers_statistics() -> None:
+    torch.manual_seed(0)
+    m = nn.Dropout(0.25)
+    w = nn.Parameter(torch.ones(1))
+    fast = guardsolve.guarded(lambda x: m(x * w), backend="inductor")
+    out = fast(torch.ones(200, 50))
+    kept = (out != 0).float().mean().item()
+    assert abs(kept - 0.75) < 0.02
+    assert torch.allclose(out[out != 0], torch.full_like(out[out != 0], 1 / 0.75))
+    out.sum().backward()
+    assert w.grad is not None
+
+
+_RESTART = """
+import json, sys
+import torch, guardsolve
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+fast = guardsolve.guarded(m, backend="inductor", cache_dir=sys.argv[1])
+opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+gen = torch.Generator().manual_seed(1)
+losses = []
+for b, s in [(4, 7), (3, 9), (8, 5), (4, 7)]:
+    loss = fast(torch.randn(b, s, 16, generator=gen)).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    losses.append(loss.item())
+info = fast.cache_info()
+print(json.dumps({"losses": losses, "traces": info.traces, "compiles": info.compiles, "loaded": info.loaded,
+                  "eager": info.eager_calls}))
+"""
+
+
+def test_a_restarted_training_job_compiles_nothing_and_trains_the_same(tmp_path: Any) -> None:
+    import json
+    import subprocess
+    import sys
+
+    def run() -> dict:
+        done = subprocess.run([sys.executable, "-c", _RESTART, str(tmp_path)], capture_output=True, text=True,
+                              timeout=600, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first, second = run(), run()
+    assert first["traces"] == 1 and first["compiles"] == 1 and first["eager"] == 0
+    assert second["traces"] == 0 and second["compiles"] == 0 and second["loaded"] == 1 and second["eager"] == 0
+    assert second["losses"] == first["losses"]

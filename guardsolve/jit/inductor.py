@@ -431,8 +431,11 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
             call = direct_call(artifact, len(outs)) if plain else None
             v = _variant(t, trace_gs, values, static, params, timeout_ms, se, fakes, dims, artifact, inputs,
                          consts, outs, compile_s, data, plain, call, train, sizes)
-            served = _flat_call(call or artifact, call is not None, sizes)
-            differs = _differs_at(t, v, values, params, gm, timeout_ms, program, served, consts, train)
+
+            def served(cs: Sequence[torch.Tensor], call: Any = call, artifact: Any = artifact) -> Callable[..., Any]:
+                return runner(call or artifact, inputs, cs, outs, t.out_spec, boxed=call is not None, extra=v.extra)
+
+            differs = _differs_at(t, v, values, params, gm, timeout_ms, served, consts, train)
             if differs is not None:
                 # NOTE: never trusted: `(a * b)[:, :2]` compiled at `b` of 1 column gave 2 columns (the
                 # slice's end not clamped to the size, in both re-traces) where eager gives 1; the
@@ -507,16 +510,6 @@ def _decompositions() -> dict[Any, Any]:
     return select_decomp_table()
 
 
-def _flat_call(call: Callable[..., Any], boxed: bool, sizes: Sequence[tuple[int, int]] = ()) -> Callable[..., Any]:
-    """The artifact as `f(*inputs, *constants) -> [out0, ...]`, as the variant's runner calls it
-    (with `sizes`, those of the inputs appended)."""
-    def flat(*a: Any) -> Any:
-        args = [*a, *(a[k].size(i) for k, i in sizes)]
-        return call(args) if boxed else call(*args)
-
-    return flat
-
-
 # -- the artifact against eager -----------------------------------------------------------------
 
 # NOTE: (rtol, atol) by dtype for an artifact's values against eager's: Inductor fuses, reorders
@@ -549,32 +542,38 @@ def _draws_random(gm: Any) -> bool:
 
 
 def _differs_at(t: Trace, v: Variant, values: Sequence[Any], params: Sequence[str], gm: Any, timeout_ms: int,
-                program: Callable[..., Any], served: Callable[..., Any], consts: Sequence[torch.Tensor],
+                served: Callable[[Sequence[torch.Tensor]], Callable[..., Any]], consts: Sequence[torch.Tensor],
                 train: bool = False) -> str | None:
     """Where and how the artifact differs from the trace's replay (eager's kernels): at the
     inputs it was compiled at, then at up to three points far from them that its check accepts
     (`_far_points`); outputs and, where the graph mutates, the inputs and constants after the
     call (both run on copies: a buffer the graph updates, batch norm's running statistics, is
     not changed by the comparison). With `train`, the gradients too, with respect to every
-    input and constant that requires grad, for one random cotangent. Sizes and dtypes always;
-    values too (within `_TOLERANCE`) unless the re-traced graph `gm` draws random numbers or
-    reads memory it never wrote. None when it agrees. `program` is the flat replay and
-    `served` the artifact as the variant calls it, both `f(*inputs, *constants)`.
+    input and constant that requires grad, for one seeded random cotangent. Sizes and dtypes
+    always; values too (within `_TOLERANCE`) unless the re-traced graph `gm` draws random
+    numbers or reads memory it never wrote. None when it agrees. `served(constants)` is the
+    variant's runner over those constants (what a call runs).
 
     NOTE: defense in depth. The check is meant to hold every assumption the artifact was built
     under; an assumption it misses (an FX graph cache hit once dropped a pooling guard) shows as
     values that differ at some size the check accepts, and the artifact is then never used.
     """
+    from guardsolve.trace.replay import compile_replay
+
+    names = list(t.constants)
+
+    def replay(cs: Sequence[torch.Tensor]) -> Callable[..., Any]:
+        return compile_replay(t.graph, t.out_spec, dict(zip(names, cs)))
+
     copy, random = not v.plain, _draws_random(gm)
     compare_values = not random and not any(op._schema.name in _UNINITIALIZED for op in _ops(gm))
     for where, args in _points(t, v, values, params, timeout_ms):
-        everything = [*args, *consts]
-        want = _outcome(program, everything, copy, random, train)
+        want = _outcome(replay, args, consts, copy, random, train)
         if isinstance(want, BaseException):
             if args is values:
                 raise want  # NOTE: eager's own error at the call's inputs: the call raises it
             continue  # NOTE: random data eager rejects (an index out of range): no comparison here
-        got = _outcome(served, everything, copy, random, train)
+        got = _outcome(served, args, consts, copy, random, train)
         if isinstance(got, BaseException):
             return f"raises {type(got).__name__} ({_first_line(got)[:120]}) at {where}, where eager gives a value"
         why = _mismatch(want, got, compare_values)
@@ -583,26 +582,28 @@ def _differs_at(t: Trace, v: Variant, values: Sequence[Any], params: Sequence[st
     return None
 
 
-def _outcome(fn: Callable[..., Any], args: Sequence[Any], copy: bool, random: bool,
-             train: bool = False) -> _Outcome | BaseException:
-    """fn's tensor outputs at `args` and (with `copy`, on copies of the arguments) the tensor
-    arguments after the call; or what it raised. With `train`, the outputs are followed by the
-    gradients of (outputs . a seeded random cotangent) with respect to each argument requiring
-    grad (zeros where it is unused). With `random`, the CPU generator's state is put back after
-    the call (the caller's random stream is eager's: only the call itself draws)."""
+def _outcome(make: Callable[[Sequence[torch.Tensor]], Callable[..., Any]], args: Sequence[Any],
+             consts: Sequence[torch.Tensor], copy: bool, random: bool, train: bool = False) -> _Outcome | BaseException:
+    """The tensor outputs of `make(consts)(*args)` and (with `copy`, on copies of the arguments
+    and the constants) the tensor arguments and constants after the call; or what it raised.
+    With `train`, the outputs are followed by the gradients of (outputs . a seeded random
+    cotangent) with respect to each argument and constant requiring grad (zeros where unused).
+    With `random`, the CPU generator's state is put back after the call (the caller's random
+    stream is eager's: only the call itself draws)."""
     from guardsolve.ir.flat import flatten as _flatten
 
-    run_args = _copies(args) if copy else list(args)
+    both = _copies([*args, *consts]) if copy else [*args, *consts]
+    run_args, run_consts = both[:len(args)], both[len(args):]
     rng = torch.random.fork_rng(devices=[]) if random else contextlib.nullcontext()
     try:
         with (torch.enable_grad() if train else torch.no_grad()), rng:
-            out = fn(*run_args)
+            out = make(run_consts)(*run_args)
             outs = [x for x in _flatten(out)[0] if isinstance(x, torch.Tensor)]
             if train:
-                outs = outs + _gradients(outs, run_args)
+                outs = outs + _gradients(outs, both)
     except Exception as e:
         return e
-    return [o.detach() for o in outs], ([x.detach() for x in run_args if isinstance(x, torch.Tensor)] if copy else [])
+    return [o.detach() for o in outs], ([x.detach() for x in both if isinstance(x, torch.Tensor)] if copy else [])
 
 
 def _gradients(outs: Sequence[torch.Tensor], args: Sequence[Any]) -> list[torch.Tensor]:
