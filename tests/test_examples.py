@@ -170,3 +170,16 @@ def test_guardset_renders_in_jupyter() -> None:
     assert html.startswith("<div><b>GuardSet</b>: 2 guards over a0, b0 (minimal)")
     assert "<tr><td><code>a0 == b0</code></td><td>eq</td>" in html and "aten.add.Tensor" not in html
     assert "8 static guards (checked first)" in html and "<code>a.dtype == torch.float32</code>" in html
+
+
+def test_train_example_trains_as_eager_with_one_compile() -> None:
+    script = next(p for p in EXAMPLES if p.name == "train.py")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    steps = [line for line in out.stdout.splitlines() if line.startswith("step ")]
+    assert len(steps) == 5 and "traced" in steps[0] and all("compiled" in s for s in steps[1:])
+    for s in steps:
+        loss, eager = re.search(r"loss (\S+) \(eager (\S+)\)", s).groups()
+        assert abs(float(loss) - float(eager)) <= 1e-5 * max(1.0, abs(float(eager)))
+        assert float(re.search(r"within (\S+) of eager", s).group(1)) < 1e-4
+    assert "traces 1, compiles 1, calls run eagerly 0" in out.stdout
