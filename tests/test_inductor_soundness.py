@@ -245,7 +245,7 @@ def test_every_compile_misses_inductors_caches_and_keeps_the_users_passes(monkey
 
     seen: list[Any] = []
     monkeypatch.setattr(torch._inductor, "standalone_compile",
-                        lambda gm, inputs, dynamic_shapes: seen.append(config.post_grad_custom_post_pass))
+                        lambda gm, inputs, dynamic_shapes, **kw: seen.append(config.post_grad_custom_post_pass))
     mine = Mine()
     with config.patch(post_grad_custom_post_pass=mine):
         for _ in range(2):

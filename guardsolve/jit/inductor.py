@@ -510,6 +510,49 @@ def _decompositions() -> dict[Any, Any]:
     return select_decomp_table()
 
 
+class _Table(dict):  # type: ignore[type-arg]
+    """A decomposition table that pickles as the call that makes it: Inductor's FX graph cache
+    pickles the table into its key, and its own entries (some not picklable) made the compile
+    skip the cache, which `CompiledArtifact.save` (the store) needs."""
+
+    def __reduce__(self) -> Any:
+        return (_training_decompositions, ())
+
+
+def _training_decompositions() -> dict[Any, Any]:
+    """Inductor's decompositions, and `_conv_input_grad` for `convolution_backward` (a training
+    graph's joint trace runs them)."""
+    return _Table({**_decompositions(), torch.ops.aten.convolution_backward.default: _conv_input_grad})
+
+
+def _conv_input_grad(grad_out: Any, input: Any, weight: Any, bias_sizes: Any, stride: Sequence[int],
+                     padding: Sequence[int], dilation: Sequence[int], transposed: bool,
+                     output_padding: Sequence[int], groups: int, output_mask: Sequence[bool]) -> Any:
+    """A convolution's backward with its input gradient as the transposed convolution of the
+    output gradient (its output padding, `(in + 2 * pad - dilation * (k - 1) - 1) % stride` per
+    dim, makes its size the input's); the weight and bias gradients by `convolution_backward`
+    itself.
+
+    NOTE: Inductor's lowering of `convolution_backward` reads the input gradient's strides as
+    ints to order them (`convolution_backward_lowering`, `guard_int_seq`), which pinned the
+    height and width of every convolution whose input needs a gradient (a conv net's second
+    one): one compile per image size. The transposed convolution lowers as a forward one, at
+    symbolic sizes. Other convolutions (transposed, 1-D and 3-D) keep the op."""
+    if transposed or not output_mask[0] or input.dim() != 4:
+        return NotImplemented
+    aten = torch.ops.aten
+    extra = [(input.shape[2 + i] + 2 * padding[i] - dilation[i] * (weight.shape[2 + i] - 1) - 1) % stride[i]
+             for i in range(2)]
+    grad_input = aten.convolution.default(grad_out, weight, None, list(stride), list(padding), list(dilation),
+                                          True, extra, groups)
+    if not (output_mask[1] or output_mask[2]):
+        return grad_input, None, None
+    _, grad_weight, grad_bias = aten.convolution_backward.default(
+        grad_out, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+        [False, output_mask[1], output_mask[2]])
+    return grad_input, grad_weight, grad_bias
+
+
 # -- the artifact against eager -----------------------------------------------------------------
 
 # NOTE: (rtol, atol) by dtype for an artifact's values against eager's: Inductor fuses, reorders
@@ -886,7 +929,8 @@ def _standalone(gm: Any, inputs: list[Any], oblivious: bool, threads: int | None
     # `backward(retain_graph=True)` and a second backward raise, which eager allows
     donate = torch._functorch.config.patch(donated_buffer=False) if train else contextlib.nullcontext()
     with scope, config.patch(patch), donate:
-        artifact = torch._inductor.standalone_compile(gm, inputs, dynamic_shapes="from_graph")
+        options = {"decompositions": _training_decompositions()} if train else {}
+        artifact = torch._inductor.standalone_compile(gm, inputs, dynamic_shapes="from_graph", options=options)
     if train and not keep_saved_tensors(artifact):
         raise CompileFailure("no AOTAutograd backward found in the compiled artifact (PyTorch internals moved?)")
     return artifact
