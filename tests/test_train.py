@@ -302,3 +302,26 @@ def test_a_conv_net_keeps_its_image_sizes_symbolic_through_the_backward() -> Non
     odd = torch.randn(2, 3, 15, 15)
     F.cross_entropy(fast(odd), torch.zeros(2, dtype=torch.long)).backward()  # NOTE: another variant (15 % 2)
     assert fast.cache_info().compiles == 2 and fast.last_call.how == "compiled"
+
+
+def test_second_order_gradients_need_autograd_eager() -> None:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    x = torch.randn(5, 4, requires_grad=True)
+    compiled = guardsolve.guarded(m, backend="inductor")
+    (gx,) = torch.autograd.grad(compiled(x).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        gx.square().sum().backward()  # NOTE: PyTorch's own error: a compiled backward is not differentiable
+    m.zero_grad()
+    eager = guardsolve.guarded(m, backend="inductor", autograd="eager")
+    (gx,) = torch.autograd.grad(eager(x).sum(), x, create_graph=True)
+    gx.square().sum().backward()
+    want = m[0].weight.grad.clone()
+    m.zero_grad()
+    (gx,) = torch.autograd.grad(m(x).sum(), x, create_graph=True)
+    gx.square().sum().backward()
+    assert torch.allclose(want, m[0].weight.grad)
+    (why, count), = eager.cache_info().eager_reasons
+    assert count == 1 and why == "autograd: grad mode is on and input 'input' requires grad (autograd='eager')"
+    with pytest.raises(ValueError, match="autograd='sometimes'"):
+        guardsolve.guarded(m, backend="inductor", autograd="sometimes")

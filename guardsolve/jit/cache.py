@@ -281,10 +281,15 @@ class GuardedFunction:
     def __init__(self, fn: Callable[..., Any], max_entries: int = 8, evict: bool = False,
                  value_guards: bool = False, timeout_ms: int = 5000, miss_history: int = 32,
                  explore: bool | int = True, backend: str = "replay", cache_dir: str | None = None,
-                 max_compiles: int = 16):
+                 max_compiles: int = 16, autograd: str = "compiled"):
         functools.update_wrapper(self, fn)
         if backend not in BACKENDS:
             raise ValueError(f"backend={backend!r}: choose one of {', '.join(map(repr, BACKENDS))}")
+        if autograd not in ("compiled", "eager"):
+            raise ValueError(f"autograd={autograd!r}: choose 'compiled' or 'eager'")
+        # NOTE: "compiled": calls that need autograd are served by training variants (Inductor);
+        # "eager": they run eagerly (a second-order gradient needs eager's graph)
+        self.autograd = autograd
         if cache_dir is not None and backend != "inductor":
             raise ValueError("cache_dir keeps compiled entries: it needs backend='inductor'")
         self.fn = fn
@@ -525,7 +530,7 @@ class GuardedFunction:
             # NOTE: a training call (Inductor): the trace runs the program, and its writes (batch
             # norm's running statistics, the random stream) are undone before the compiled
             # forward runs it again, so the call changes them once, as eager does
-            snapshot = _Snapshot.take(self.fn, values) if self.backend == "inductor" and self._grad(names, values) else None
+            snapshot = _Snapshot.take(self.fn, values) if self._trains() and self._grad(names, values) else None
             try:
                 entry = self._trace(names, values)
             except _StateWritten as w:
@@ -726,10 +731,12 @@ class GuardedFunction:
                     return f"argument {n!r} is a {type(v).__name__} with layout {v.layout}: only dense tensors trace"
             elif not is_static_value(v):
                 return f"argument {n!r} ({type(v).__name__}) is neither traced nor comparable by value"
-        if torch.is_grad_enabled() and self.backend != "inductor":
+        if torch.is_grad_enabled() and not self._trains():
             grad = self._grad(names, values)
             if grad is not None:
                 # NOTE: a trace records no autograd graph, so its first output would not be eager's
+                if self.backend == "inductor":
+                    return f"autograd: grad mode is on and {grad} requires grad (autograd='eager')"
                 if not self._warned_grad:
                     warnings.warn(f"{getattr(self.fn, '__name__', type(self.fn).__name__)}: grad mode is on and {grad} "
                                   "requires grad: guarded runs such calls eagerly (wrap inference in "
@@ -737,6 +744,10 @@ class GuardedFunction:
                     self._warned_grad = True
                 return f"autograd: grad mode is on and {grad} requires grad"
         return None
+
+    def _trains(self) -> bool:
+        """Whether calls that need autograd are served compiled (training variants)."""
+        return self.backend == "inductor" and self.autograd == "compiled"
 
     def _grad(self, names: tuple[str, ...], values: tuple[Any, ...]) -> str | None:
         """An input or a tensor fn reaches that requires grad (in grad mode), by name, or None."""
@@ -1143,7 +1154,7 @@ def _first_line(e: BaseException) -> str:
 def guarded(fn: Callable[..., Any] | None = None, *, max_entries: int = 8, evict: bool = False,
             value_guards: bool = False, timeout_ms: int = 5000, miss_history: int = 32,
             explore: bool | int = True, backend: str = "replay", cache_dir: str | None = None,
-            max_compiles: int = 16) -> Any:
+            max_compiles: int = 16, autograd: str = "compiled") -> Any:
     """Decorator: cache traces of `fn` and reuse one whenever its guards accept the inputs.
 
     Each entry's guards are exact to its trace (`simplify`'s `explore`): a miss traces `fn`
@@ -1163,8 +1174,14 @@ def guarded(fn: Callable[..., Any] | None = None, *, max_entries: int = 8, evict
     variants per trace (`jit/inductor.py`). `cache_dir` (Inductor only) saves each compiled
     entry there and loads the matching ones in a later process (`jit/store.py`); the directory
     is trusted as Inductor's own cache directory is (it holds pickles and generated code).
+
+    Calls in grad mode where an input or a tensor `fn` reads requires grad (training): with
+    Inductor and `autograd="compiled"` (the default), a training variant serves them, a
+    forward and a backward compiled from one joint graph; `autograd="eager"` runs them eagerly
+    (a second-order gradient, `create_graph=True` then a backward of the gradient, needs it:
+    a compiled backward is not differentiable). The replay backend runs them eagerly.
     """
     def wrap(f: Callable[..., Any]) -> GuardedFunction:
         return GuardedFunction(f, max_entries, evict, value_guards, timeout_ms, miss_history, explore, backend,
-                               cache_dir, max_compiles)
+                               cache_dir, max_compiles, autograd)
     return wrap(fn) if fn is not None else wrap
