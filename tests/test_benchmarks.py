@@ -121,3 +121,14 @@ def test_jit_reach_item_row() -> None:
     assert all(r.split(" | ")[7] == "0" for r in rows[:3]), rows  # no output differs from eager's
     assert len(rows) == 5 and ("MET" in rows[4] or "MISSED" in rows[4]), rows  # its row of issue 48's targets
     assert (BENCH / "JIT.md").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_train_benchmark_quick_run() -> None:
+    """`train.py --quick`: the token classifier's loop for every system and the restart, printed; TRAIN.md untouched."""
+    before = (BENCH / "TRAIN.md").read_bytes()
+    out = subprocess.run([sys.executable, str(BENCH / "train.py"), "--quick"], capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "guardsolve" in out.stdout and "torch.compile dynamic=True" in out.stdout
+    assert (BENCH / "TRAIN.md").read_bytes() == before
