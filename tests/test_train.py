@@ -325,3 +325,26 @@ def test_second_order_gradients_need_autograd_eager() -> None:
     assert count == 1 and why == "autograd: grad mode is on and input 'input' requires grad (autograd='eager')"
     with pytest.raises(ValueError, match="autograd='sometimes'"):
         guardsolve.guarded(m, backend="inductor", autograd="sometimes")
+
+
+def test_a_call_whose_trace_fails_midway_updates_buffers_once() -> None:
+    """The trace ran batch norm (train mode) before the data-dependent branch it cannot trace; the
+    call then runs eagerly: the trace's writes are undone first, so the statistics move once."""
+    class Branchy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = nn.BatchNorm1d(4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.bn(x)
+            return y * 2 if y.sum() > 0 else y - 1  # NOTE: a branch on data: not traced
+
+    for backend in ("replay", "inductor"):
+        m, ref = Branchy(), Branchy()
+        fast = guardsolve.guarded(m, backend=backend)
+        x = torch.randn(6, 4)
+        with torch.no_grad():
+            assert torch.equal(fast(x), ref(x))
+        assert fast.last_call.how == "eager"
+        assert int(m.bn.num_batches_tracked) == 1
+        assert torch.equal(m.bn.running_mean, ref.bn.running_mean)

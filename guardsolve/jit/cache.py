@@ -527,10 +527,12 @@ class GuardedFunction:
                 why_eager = self._limit()  # NOTE: a trace it could not compile: not even traced
             if why_eager is not None:
                 return self._run_eagerly(record, why_eager, args, kwargs, background)
-            # NOTE: a training call (Inductor): the trace runs the program, and its writes (batch
-            # norm's running statistics, the random stream) are undone before the compiled
-            # forward runs it again, so the call changes them once, as eager does
-            snapshot = _Snapshot.take(self.fn, values) if self._trains() and self._grad(names, values) else None
+            # NOTE: the trace runs the program, and so makes its writes (batch norm's running
+            # statistics in train mode, the random stream). Where the call is then run again
+            # (eagerly, or by a training variant) or already ran (a background trace of a call
+            # served eagerly), they are undone first, so each call makes them once, as eager does
+            snapshot = _Snapshot.take(self.fn, values)
+            training = self._trains() and self._grad(names, values) is not None
             try:
                 entry = self._trace(names, values)
             except _StateWritten as w:
@@ -544,7 +546,9 @@ class GuardedFunction:
                 if self._writes >= 2:
                     self._always_eager = why
                 self._log.append(f"{why}; no entry kept")
-                if snapshot is not None:
+                if background:
+                    snapshot.restore(rng=False)
+                if training:
                     # NOTE: the traced run's output has no autograd history: eager runs the call
                     # again, its tensors put back first (state outside tensors, written twice)
                     snapshot.restore()
@@ -566,6 +570,7 @@ class GuardedFunction:
                 why = f"cannot be traced: {type(e).__name__}: {_first_line(e)}"
                 if sig is not None:
                     self._remember(sig, why)
+                snapshot.restore(rng=not background)  # NOTE: the trace ran part of the program
                 return self._run_eagerly(record, why, args, kwargs, background)
             self._traces.inc()
             self._writes = 0
@@ -576,7 +581,9 @@ class GuardedFunction:
                 why = (f"{entry.trace.unreplayable}; no entry kept" if entry.trace.unreplayable else
                        "the trace's output holds objects a replay cannot rebuild; no entry kept")
                 self._log.append(why)
-                if snapshot is not None:
+                if background:
+                    snapshot.restore(rng=False)
+                if training:
                     # NOTE: the traced run's output has no autograd history: eager runs the call
                     snapshot.restore()
                     return self._run_eagerly(record, why, args, kwargs, background)
@@ -585,9 +592,10 @@ class GuardedFunction:
             grads = entry.state.requires_grad() if entry.state is not None and torch.is_grad_enabled() else []
             if torch.is_grad_enabled():
                 grads += [f"input {n!r}" for n, v in zip(names, values) if isinstance(v, torch.Tensor) and v.requires_grad]
-            if grads and snapshot is not None:
+            if background or grads:
+                snapshot.restore(rng=not background)
+            if grads and training:
                 # NOTE: autograd through Inductor: a joint forward and backward (see `compile_variant`)
-                snapshot.restore()
                 entry.train = True
                 variant = self._compile(entry, values)
                 if variant is not None:
@@ -1015,9 +1023,9 @@ class GuardedFunction:
 
 @dataclass
 class _Snapshot:
-    """What a training call's trace may write, copied before it runs: the tensors fn reaches
-    that do not require grad (buffers), the tensor arguments that do not, and the CPU random
-    generator's state. `restore()` puts them back."""
+    """What a trace may write, copied before it runs: the tensors fn reaches that do not
+    require grad (buffers), the tensor arguments that do not, and the CPU random generator's
+    state. `restore()` puts them back."""
 
     tensors: list[tuple[torch.Tensor, torch.Tensor]]
     rng: torch.Tensor
@@ -1032,12 +1040,15 @@ class _Snapshot:
                 kept.append((t, t.detach().clone()))
         return _Snapshot(kept, torch.random.get_rng_state())
 
-    def restore(self) -> None:
+    def restore(self, rng: bool = True) -> None:
+        """Put the tensors back (and, with `rng`, the random generator's state: not from a
+        background thread, whose callers draw from it meanwhile)."""
         with torch.no_grad():
             for t, saved in self.tensors:
                 if t.shape == saved.shape and not torch.equal(t, saved):
                     t.copy_(saved)
-        torch.random.set_rng_state(self.rng)
+        if rng:
+            torch.random.set_rng_state(self.rng)
 
 
 def bind_state(entry: Entry) -> None:
