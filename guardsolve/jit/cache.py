@@ -114,6 +114,8 @@ class Entry:
             out += ["the trace's guards:", textwrap.indent(self.guards.explain(), "    ")]
         for i, v in enumerate(self.variants):
             how = "loaded from cache_dir" if v.loaded else f"compiled in {v.compile_s:.2f} s"
+            if v.train:
+                how = f"a training variant: forward and backward, {how}"
             out += [f"variant {i} ({how}, {v.hits} hits): its check, proven equivalent to the trace's guards "
                     "and the backend's:", textwrap.indent(v.explain(), "    ")]
         if self.uncompiled is not None:
