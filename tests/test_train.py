@@ -348,3 +348,21 @@ def test_a_call_whose_trace_fails_midway_updates_buffers_once() -> None:
         assert fast.last_call.how == "eager"
         assert int(m.bn.num_batches_tracked) == 1
         assert torch.equal(m.bn.running_mean, ref.bn.running_mean)
+
+
+def test_an_input_computed_upstream_passes_its_gradient_back() -> None:
+    """The guarded model sits inside a larger graph: its input is a non-leaf tensor (an eager
+    encoder's output), and the model is called twice before one backward."""
+    torch.manual_seed(0)
+    encoder, head = nn.Linear(5, 6), nn.Sequential(nn.Linear(6, 6), nn.GELU(), nn.Linear(6, 1))
+    ref_encoder, ref_head = nn.Linear(5, 6), nn.Sequential(nn.Linear(6, 6), nn.GELU(), nn.Linear(6, 1))
+    ref_encoder.load_state_dict(encoder.state_dict())
+    ref_head.load_state_dict(head.state_dict())
+    fast = guardsolve.guarded(head, backend="inductor")
+    for b in (4, 9):
+        a, c = torch.randn(b, 5), torch.randn(b, 5)
+        (fast(encoder(a)) - fast(encoder(c))).square().mean().backward()
+        (ref_head(ref_encoder(a)) - ref_head(ref_encoder(c))).square().mean().backward()
+    for p, q in zip([*encoder.parameters(), *head.parameters()], [*ref_encoder.parameters(), *ref_head.parameters()]):
+        assert torch.allclose(p.grad, q.grad, atol=1e-6)
+    assert fast.cache_info().eager_calls == 0 and fast.cache_info().compiles == 1
