@@ -366,3 +366,67 @@ def test_an_input_computed_upstream_passes_its_gradient_back() -> None:
     for p, q in zip([*encoder.parameters(), *head.parameters()], [*ref_encoder.parameters(), *ref_head.parameters()]):
         assert torch.allclose(p.grad, q.grad, atol=1e-6)
     assert fast.cache_info().eager_calls == 0 and fast.cache_info().compiles == 1
+
+
+def test_autocast_training_of_a_layer_norm_classifier_is_compiled() -> None:
+    """Under autocast, float32 gradients computed through bfloat16 ops are compared with eager's
+    at bfloat16's tolerance, scaled by the tensor's largest value (they were rejected, and
+    every call ran eagerly)."""
+    torch.manual_seed(0)
+    clf = _classifier()
+    fast = guardsolve.guarded(clf, backend="inductor")
+    for b, s in [(8, 12), (4, 30), (16, 7)]:
+        ids = torch.randint(0, 50, (b, s))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = fast(ids)
+        out.float().sum().backward()
+    info = fast.cache_info()
+    assert info.eager_calls == 0 and info.compiles == 1, info.eager_reasons
+
+
+def test_a_branch_on_an_intermediates_requires_grad_runs_eagerly() -> None:
+    class Hooked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.c = nn.Linear(4, 4), nn.Linear(4, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.relu(self.a(x))
+            if h.requires_grad:  # NOTE: True in eager; a trace's wrapper would say False
+                h.register_hook(lambda g: g * 0.5)
+            return self.c(h)
+
+    torch.manual_seed(0)
+    m = Hooked()
+    ref = Hooked()
+    ref.load_state_dict(m.state_dict())
+    fast = guardsolve.guarded(m, backend="inductor")
+    x = torch.randn(3, 4)
+    fast(x).sum().backward()
+    ref(x).sum().backward()
+    assert torch.allclose(m.a.weight.grad, ref.a.weight.grad)
+    (why, _), = fast.cache_info().eager_reasons
+    assert "Tensor.requires_grad: the program reads an autograd fact" in why and "if h.requires_grad" in why
+    with torch.no_grad():
+        fast(x)  # NOTE: no grad mode: eager's answer (False) is the trace's; served
+    assert fast.last_call.how == "traced"
+
+
+@pytest.mark.parametrize("backend", ["replay", "inductor"])
+def test_a_value_read_from_a_buffer_is_checked_at_each_call(backend: str) -> None:
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("n", torch.tensor(1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * (1.0 / float(self.n))
+
+    m = Scaled()
+    fast = guardsolve.guarded(m, backend=backend, value_guards=True)
+    x = torch.ones(3)
+    with torch.no_grad():
+        assert torch.equal(fast(x), x)
+        m.n.fill_(2)  # NOTE: in place: the same tensor, another value
+        assert torch.equal(fast(x), x * 0.5)
+        assert torch.equal(fast(x), x * 0.5)

@@ -117,6 +117,38 @@ class TracedTensor(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
+    # NOTE: autograd facts of a tensor an op made. A trace records no autograd graph, so the
+    # wrapper of an op's output never requires grad, where eager's may (grad mode on, an input
+    # requiring grad): a program branching on it (`if h.requires_grad: h.register_hook(...)`)
+    # would take the other branch, silently. In grad mode, reading them raises, and the call
+    # runs eagerly; otherwise eager's answer is the wrapper's (no grad, a leaf, no grad_fn).
+    derived: bool = False
+
+    def _autograd_fact(self, what: str) -> None:
+        if self.derived and torch.is_grad_enabled() and not self.rec.muted:
+            loc = self.rec.location()
+            raise UnsupportedOpError(f"Tensor.{what}", "the program reads an autograd fact of a tensor it computed "
+                                     "in grad mode, which a trace does not record", str(loc) if loc is not None else "")
+
+    @property  # type: ignore[misc]
+    def requires_grad(self) -> bool:  # type: ignore[override]
+        self._autograd_fact("requires_grad")
+        return torch._C.TensorBase.requires_grad.__get__(self)  # type: ignore[attr-defined,no-any-return]
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        torch._C.TensorBase.requires_grad.__set__(self, value)  # type: ignore[attr-defined]
+
+    @property  # type: ignore[misc]
+    def grad_fn(self) -> Any:  # type: ignore[override]
+        self._autograd_fact("grad_fn")
+        return torch._C.TensorBase.grad_fn.__get__(self)  # type: ignore[attr-defined]
+
+    @property  # type: ignore[misc]
+    def is_leaf(self) -> bool:  # type: ignore[override]
+        self._autograd_fact("is_leaf")
+        return torch._C.TensorBase.is_leaf.__get__(self)  # type: ignore[attr-defined,no-any-return]
+
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         raise TraceError(f"{func}: a traced tensor was used outside its trace")
@@ -417,7 +449,12 @@ class TracingMode(TorchDispatchMode):
                     # NOTE: a trace records no autograd graph: its outputs do not require grad (a
                     # view of a parameter would, and its wrapper's autograd metadata would then
                     # clash with the view PyTorch makes of it on our way out)
-                    out.append(same if same is not None else TracedTensor(r, m, name, rec, requires_grad=False))
+                    if same is not None:
+                        out.append(same)
+                    else:
+                        made = TracedTensor(r, m, name, rec, requires_grad=False)
+                        made.derived = True
+                        out.append(made)
                 else:
                     # NOTE: e.g. native_batch_norm's saved statistics in eval mode: eager's CPU
                     # kernel returns them empty, the meta rule full-size. Such an output traces
@@ -459,8 +496,16 @@ class TracingMode(TorchDispatchMode):
     def _read_data(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         (t, *_rest) = args
         what = _READS_DATA[func]
-        if not any(isinstance(a, TracedTensor) for a in flatten((args, kwargs))[0]):
-            return func(*args, **kwargs)
+        tensors = [a for a in flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        if not any(isinstance(a, TracedTensor) for a in tensors):
+            # NOTE: data of tensors the trace made from constants is the trace's own; a captured
+            # tensor's (a buffer's `float(self.n)`) is state whose value a later call may change:
+            # it is read through the trace, so its value bailout is checked at each call
+            if all(self._made_here(a) for a in tensors):
+                return func(*args, **kwargs)
+            if not isinstance(t, TracedTensor) and isinstance(t, torch.Tensor):
+                t = self._call(_aten.alias.default, (t,), {})
+                args = (t, *_rest)
         if not self.rec.value_guards:
             raise DataDependentError(f"{what} reads tensor data, which shape guards cannot check{self._at()}; "
                                      "pass value_guards=True to trace() or guarded() (--value-guards on the command line) "
@@ -521,6 +566,11 @@ class TracingMode(TorchDispatchMode):
             node = a.node
             return Ref(self.rec.t_name(node)) if node.is_symbolic() else node.hint
         return a
+
+    def _made_here(self, t: torch.Tensor) -> bool:
+        """Whether the trace made `t` (a tensor of constants it computed), not captured it."""
+        made = self._made.get(id(t))
+        return made is not None and made() is t
 
     def constant(self, t: torch.Tensor) -> str:
         """The trace name of a tensor that is not an input (a parameter, a captured tensor)."""
