@@ -430,3 +430,32 @@ def test_a_value_read_from_a_buffer_is_checked_at_each_call(backend: str) -> Non
         m.n.fill_(2)  # NOTE: in place: the same tensor, another value
         assert torch.equal(fast(x), x * 0.5)
         assert torch.equal(fast(x), x * 0.5)
+
+
+def test_a_trace_inductor_pins_at_every_size_stops_compiling() -> None:
+    """A GRU's kernels pin every size: after two such variants, calls of other shapes run
+    eagerly (with the reason) instead of costing a compile each; the two keep serving theirs."""
+    torch.manual_seed(0)
+
+    class Recurrent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn, self.head = nn.GRU(8, 16, batch_first=True), nn.Linear(16, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.rnn(x)[0])
+
+    m = Recurrent()
+    fast = guardsolve.guarded(m, backend="inductor")
+    shapes = [(4, 7), (3, 9), (2, 5), (5, 6), (4, 7)]
+    how = []
+    for b, s in shapes:
+        x = torch.randn(b, s, 8)
+        out = fast(x)
+        how.append(fast.last_call.how)
+        out.sum().backward()
+    assert how == ["traced", "compiled", "eager", "eager", "compiled"]
+    info = fast.cache_info()
+    assert info.compiles == 2
+    (why, count), = info.eager_reasons
+    assert count == 2 and "its 2 compiled variants each pin every size" in why

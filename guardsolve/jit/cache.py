@@ -46,6 +46,7 @@ import functools
 import inspect
 import contextlib
 import itertools
+import re
 import textwrap
 import threading
 import time
@@ -659,6 +660,14 @@ class GuardedFunction:
         if self._compiles.value >= self.max_compiles:
             entry.uncompiled = self._limit()  # NOTE: its calls in its guards run eagerly from now on
             return None
+        if len(entry.variants) >= _PINNED_VARIANTS and all(_pins_every_size(v) for v in entry.variants):
+            # NOTE: Inductor specializes this trace on every size (a GRU's kernels): one compile
+            # per shape costs seconds where eager costs the call; the variants made still serve
+            # their shapes, other calls run eagerly
+            pins = ", ".join(c.text for c in entry.variants[-1].guards.constraints)
+            entry.uncompiled = (f"its {len(entry.variants)} compiled variants each pin every size (the last: {pins}); "
+                                "no more are compiled for it")
+            return None
         traced = values if entry.traced is None else tuple(values[i] for i in entry.traced)
         start = time.perf_counter()
         which = (f"variant {len(entry.variants)} of entry {self._entries.index(entry)}" if entry in self._entries
@@ -1051,6 +1060,17 @@ class _Snapshot:
                     t.copy_(saved)
         if rng:
             torch.random.set_rng_state(self.rng)
+
+
+# NOTE: after this many variants of one trace that each pin every size, no more are compiled
+_PINNED_VARIANTS = 2
+_PIN = re.compile(r"^(\w+) == -?\d+$")
+
+
+def _pins_every_size(v: Any) -> bool:
+    """Whether the variant's check fixes every dim of its sizes to one value (`x0 == 4`, ...)."""
+    pinned = {m.group(1) for c in v.guards.constraints if (m := _PIN.match(c.text))}
+    return bool(v.guards.dims) and set(v.guards.dims) <= pinned
 
 
 def bind_state(entry: Entry) -> None:
