@@ -120,12 +120,13 @@ class TracedTensor(torch.Tensor):
     # NOTE: autograd facts of a tensor an op made. A trace records no autograd graph, so the
     # wrapper of an op's output never requires grad, where eager's may (grad mode on, an input
     # requiring grad): a program branching on it (`if h.requires_grad: h.register_hook(...)`)
-    # would take the other branch, silently. In grad mode, reading them raises, and the call
-    # runs eagerly; otherwise eager's answer is the wrapper's (no grad, a leaf, no grad_fn).
-    derived: bool = False
+    # would take the other branch, silently. Where eager's may (`derived`: the op ran in grad
+    # mode on an input that requires grad or may), reading them raises, and the call runs
+    # eagerly; otherwise eager's answer is the wrapper's (no grad, a leaf, no grad_fn).
+    derived: bool = False  # an op's output whose eager counterpart may require grad
 
     def _autograd_fact(self, what: str) -> None:
-        if self.derived and torch.is_grad_enabled() and not self.rec.muted:
+        if self.derived and not self.rec.muted:
             loc = self.rec.location()
             raise UnsupportedOpError(f"Tensor.{what}", "the program reads an autograd fact of a tensor it computed "
                                      "in grad mode, which a trace does not record", str(loc) if loc is not None else "")
@@ -430,6 +431,9 @@ class TracingMode(TorchDispatchMode):
             raise UnsupportedOpError(qualified_name(func), "PyTorch's shape rule returns a different structure "
                                      "than eager", self._where())
         inputs = {id(a.eager): a for a in flat if isinstance(a, TracedTensor)}
+        may_grad = torch.is_grad_enabled() and any(
+            (a.derived or torch._C.TensorBase.requires_grad.__get__(a)) if isinstance(a, TracedTensor)
+            else a.requires_grad for a in flat if isinstance(a, torch.Tensor))
         aliases: list[bool] = []  # NOTE: eager handed an input back as this output (`trace.local` checks it)
         names: list[str] = []
         out: list[Any] = []
@@ -453,7 +457,7 @@ class TracingMode(TorchDispatchMode):
                         out.append(same)
                     else:
                         made = TracedTensor(r, m, name, rec, requires_grad=False)
-                        made.derived = True
+                        made.derived = may_grad
                         out.append(made)
                 else:
                     # NOTE: e.g. native_batch_norm's saved statistics in eval mode: eager's CPU
