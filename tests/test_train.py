@@ -384,7 +384,7 @@ def test_autocast_training_of_a_layer_norm_classifier_is_compiled() -> None:
     assert info.eager_calls == 0 and info.compiles == 1, info.eager_reasons
 
 
-def test_a_branch_on_an_intermediates_requires_grad_runs_eagerly() -> None:
+def test_a_hook_on_an_intermediate_runs_eagerly_and_a_branch_on_requires_grad_is_eagers() -> None:
     class Hooked(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -406,10 +406,26 @@ def test_a_branch_on_an_intermediates_requires_grad_runs_eagerly() -> None:
     ref(x).sum().backward()
     assert torch.allclose(m.a.weight.grad, ref.a.weight.grad)
     (why, _), = fast.cache_info().eager_reasons
-    assert "Tensor.requires_grad: the program reads an autograd fact" in why and "if h.requires_grad" in why
+    assert "Tensor.register_hook: the program hooks the gradient" in why and "h.register_hook" in why
     with torch.no_grad():
         fast(x)  # NOTE: no grad mode: eager's answer (False) is the trace's; served
     assert fast.last_call.how == "traced"
+
+    class Branch(Hooked):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.a(x)
+            return h * 2 if h.requires_grad else h  # NOTE: eager's answer, from autograd on meta tensors
+
+    b = Branch()
+    b_ref = Branch()
+    b_ref.load_state_dict(b.state_dict())
+    fast = guardsolve.guarded(b, backend="inductor")
+    for n in (3, 5):
+        x = torch.randn(n, 4)
+        assert torch.allclose(fast(x), b_ref(x))
+    assert fast.last_call.how == "compiled" and fast.cache_info().eager_calls == 0
+    with torch.no_grad():
+        assert torch.allclose(fast(x), b_ref(x))  # NOTE: False there: the other branch, another entry
 
 
 @pytest.mark.parametrize("backend", ["replay", "inductor"])

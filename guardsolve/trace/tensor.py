@@ -124,17 +124,26 @@ class TracedTensor(torch.Tensor):
     # mode on an input that requires grad or may), reading them raises, and the call runs
     # eagerly; otherwise eager's answer is the wrapper's (no grad, a leaf, no grad_fn).
     derived: bool = False  # an op's output whose eager counterpart may require grad
+    # NOTE: whether it does: the op run again on meta tensors under grad mode, its inputs requiring
+    # grad as eager's do (autograd's own answer: a factory `*_like`, `detach`, an integer output
+    # do not); None where that run failed
+    eager_grad: bool | None = None
 
-    def _autograd_fact(self, what: str) -> None:
-        if self.derived and not self.rec.muted:
+    def _eager_grad(self, what: str) -> bool:
+        """Eager's `requires_grad` of this tensor; raises where it is not known."""
+        if not self.derived or self.rec.muted:
+            return bool(torch._C.TensorBase.requires_grad.__get__(self))  # type: ignore[attr-defined]
+        if self.eager_grad is None or (what == "grad_fn" and self.eager_grad):
             loc = self.rec.location()
-            raise UnsupportedOpError(f"Tensor.{what}", "the program reads an autograd fact of a tensor it computed "
-                                     "in grad mode, which a trace does not record", str(loc) if loc is not None else "")
+            why = ("the program hooks the gradient of a tensor it computed in grad mode" if what in _HOOKS else
+                   "the program reads an autograd fact of a tensor it computed in grad mode")
+            raise UnsupportedOpError(f"Tensor.{what}", f"{why}, which a trace does not record",
+                                     str(loc) if loc is not None else "")
+        return self.eager_grad
 
     @property  # type: ignore[misc]
     def requires_grad(self) -> bool:  # type: ignore[override]
-        self._autograd_fact("requires_grad")
-        return torch._C.TensorBase.requires_grad.__get__(self)  # type: ignore[attr-defined,no-any-return]
+        return self._eager_grad("requires_grad")
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
@@ -142,13 +151,26 @@ class TracedTensor(torch.Tensor):
 
     @property  # type: ignore[misc]
     def grad_fn(self) -> Any:  # type: ignore[override]
-        self._autograd_fact("grad_fn")
+        self._eager_grad("grad_fn")
         return torch._C.TensorBase.grad_fn.__get__(self)  # type: ignore[attr-defined]
 
     @property  # type: ignore[misc]
     def is_leaf(self) -> bool:  # type: ignore[override]
-        self._autograd_fact("is_leaf")
-        return torch._C.TensorBase.is_leaf.__get__(self)  # type: ignore[attr-defined,no-any-return]
+        return not self._eager_grad("is_leaf")
+
+    def register_hook(self, hook: Any) -> Any:  # type: ignore[override]
+        """A hook on a tensor whose eager counterpart requires grad would be dropped (a trace has
+        no autograd graph): raises, and the call runs eagerly; else PyTorch's own error."""
+        if self._eager_grad("register_hook"):
+            self.eager_grad = None
+            self._eager_grad("register_hook")
+        return super().register_hook(hook)
+
+    def retain_grad(self) -> None:  # type: ignore[override]
+        if self._eager_grad("retain_grad"):
+            self.eager_grad = None
+            self._eager_grad("retain_grad")
+        return super().retain_grad()
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -364,7 +386,7 @@ class TracingMode(TorchDispatchMode):
             if done:
                 return meta_out
         template = unflatten([self._template(a) for a in flat], spec)
-        return self._wrap(func, real_out, meta_out, template, flat)
+        return self._wrap(func, real_out, meta_out, template, flat, spec)
 
     def _meta_call(self, func: Any, args: Any, kwargs: dict[str, Any], flat: list[Any], spec: Any,
                    real_out: Any) -> tuple[bool, Any]:
@@ -422,7 +444,7 @@ class TracingMode(TorchDispatchMode):
             self.rec.real = None
         return False, meta_out
 
-    def _wrap(self, func: Any, real_out: Any, meta_out: Any, template: Any, flat: list[Any]) -> Any:
+    def _wrap(self, func: Any, real_out: Any, meta_out: Any, template: Any, flat: list[Any], spec: Any = None) -> Any:
         rec = self.rec
         assert rec.trace is not None
         real_leaves, out_spec = flatten(real_out)
@@ -431,13 +453,12 @@ class TracingMode(TorchDispatchMode):
             raise UnsupportedOpError(qualified_name(func), "PyTorch's shape rule returns a different structure "
                                      "than eager", self._where())
         inputs = {id(a.eager): a for a in flat if isinstance(a, TracedTensor)}
-        may_grad = torch.is_grad_enabled() and any(
-            (a.derived or torch._C.TensorBase.requires_grad.__get__(a)) if isinstance(a, TracedTensor)
-            else a.requires_grad for a in flat if isinstance(a, torch.Tensor))
+        may_grad = torch.is_grad_enabled() and any(_requires_grad(a) for a in flat if isinstance(a, torch.Tensor))
+        grads = _eager_requires_grad(func, flat, spec, len(real_leaves)) if may_grad else None
         aliases: list[bool] = []  # NOTE: eager handed an input back as this output (`trace.local` checks it)
         names: list[str] = []
         out: list[Any] = []
-        for r, m in zip(real_leaves, meta_leaves):
+        for k, (r, m) in enumerate(zip(real_leaves, meta_leaves)):
             if r is None and isinstance(m, torch.Tensor):
                 # NOTE: an output eager leaves undefined (mkldnn's workspace): named, as the
                 # shape rule's output is, so a replay binds the same names
@@ -457,7 +478,9 @@ class TracingMode(TorchDispatchMode):
                         out.append(same)
                     else:
                         made = TracedTensor(r, m, name, rec, requires_grad=False)
-                        made.derived = may_grad
+                        if may_grad:
+                            made.derived = True
+                            made.eager_grad = None if grads is None else grads[k]
                         out.append(made)
                 else:
                     # NOTE: e.g. native_batch_norm's saved statistics in eval mode: eager's CPU
@@ -731,6 +754,58 @@ def _as_eager(traced: bool) -> Any:
     # metadata on our way out, and already having it from inside is an error
     exclude = torch._C._dispatch_tls_local_exclude_set() - (_VIEW_KEYS if traced else _EAGER_KEYS)
     return torch._C._ForceDispatchKeyGuard(include, exclude)
+
+
+_HOOKS = frozenset({"register_hook", "retain_grad"})
+_AUTOGRAD_KEYS = tuple(getattr(torch._C.DispatchKey, k) for k in (
+    "ADInplaceOrView", "AutogradOther", "AutogradNestedTensor", "AutogradCPU", "AutogradMeta", "AutogradFunctionality")
+    if hasattr(torch._C.DispatchKey, k))
+
+
+def _requires_grad(a: torch.Tensor) -> bool:
+    """Eager's `requires_grad` of an op's argument (a traced tensor's as its eager counterpart's,
+    where known; unknown counts as True)."""
+    if isinstance(a, TracedTensor):
+        if a.derived:
+            return a.eager_grad is not False
+        return bool(torch._C.TensorBase.requires_grad.__get__(a))  # type: ignore[attr-defined]
+    return a.requires_grad
+
+
+def _eager_requires_grad(func: Any, flat: list[Any], spec: Any, n: int) -> list[bool] | None:
+    """Which of the op's `n` outputs require grad in eager: the op run on meta tensors shaped as
+    its tensor arguments, each requiring grad as eager's does, under grad mode; None where that
+    run fails or gives another number of outputs."""
+    if spec is None:
+        return None
+    args: list[Any] = []
+    for a in flat:
+        if isinstance(a, torch.Tensor):
+            real = a.eager if isinstance(a, TracedTensor) else a
+            m = torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device=_META)
+            if _requires_grad(a) and (real.dtype.is_floating_point or real.dtype.is_complex):
+                m.requires_grad_(True)
+            args.append(m)
+        elif isinstance(a, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            args.append(a.node.hint)
+        else:
+            args.append(a)
+    # NOTE: inside `__torch_dispatch__` autograd's keys are excluded (dispatch is below it): the
+    # meta run includes them again, so autograd decides its outputs' `requires_grad`
+    keep = torch._C._dispatch_tls_local_exclude_set()
+    for key in _AUTOGRAD_KEYS:
+        keep = keep.remove(key)
+    try:
+        with _outside_modes(), torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), keep), \
+                torch.enable_grad():
+            m_args, m_kwargs = unflatten(args, spec)
+            out = func(*m_args, **m_kwargs)
+    except Exception:  # NOTE: no meta kernel, or one that needs data: the answer stays unknown
+        return None
+    leaves = flatten(out)[0]
+    if len(leaves) != n:
+        return None
+    return [isinstance(x, torch.Tensor) and x.requires_grad for x in leaves]
 
 
 def _outside_modes() -> Any:
