@@ -347,10 +347,12 @@ class GuardSet:
 
     def _who(self, i: int) -> str:
         """Who asked bailout `i`: `aten.add.Tensor's shape rule` (the op's, or in a saved trace
-        its node's), or the program's own test of a size."""
+        its node's), the backend (a compiled variant's guard), or the program's own test of a size."""
         from guardsolve.ir.ops import Op
 
         meta = self.graph.nodes[i].meta
+        if "backend" in meta:
+            return "assumed by the backend"  # NOTE: a compiled variant's guard, read back from its ShapeEnv
         node = meta.get("trace_node")
         op = meta.get("op") or (node.params["fn"] if node is not None and node.op is Op.ATEN else None)
         return f"{op}'s shape rule" if op else "the program's own test of a size"
