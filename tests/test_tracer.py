@@ -676,9 +676,30 @@ def test_item_checks_run_in_the_replay() -> None:
         g(x, torch.tensor(4))
 
 
-def test_item_with_value_guards_pins_the_value() -> None:
+def test_item_with_value_guards_is_a_symbol_of_the_trace() -> None:
+    """With value guards, `.item()` of a traced tensor is a value of the trace: passed to later
+    ops by name, a decision on it a value bailout (never a size guard), `int()` of it a pin."""
+    from guardsolve.guards.shape import value_bailouts
+    from guardsolve.trace.replay import run_trace
+
     t = guardsolve.trace(lambda x: x * x.sum().item(), torch.ones(3), value_guards=True)
-    assert "aten.item" not in str(t.graph) and "var_to_bool" in str(t.graph)
+    assert "aten.item" in str(t.graph) and not value_bailouts(t.graph)
+    y = torch.randn(3)
+    assert torch.equal(run_trace(t.graph, y, constants=t.constants), y * y.sum().item())
+
+    def branch(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if x.mean().item() > 0.5 else -x
+
+    t = guardsolve.trace(branch, torch.ones(3), value_guards=True)
+    (i,) = value_bailouts(t.graph)
+    assert t.graph.nodes[i].params["expect"] is True and "int_gt" in str(t.graph)
+    assert all(c.text.startswith("x0") for c in guardsolve.simplify(t, explore=False))  # NOTE: sizes only
+    with pytest.raises(guardsolve.GuardFailure):
+        run_trace(t.graph, torch.zeros(3), constants=t.constants)
+    t = guardsolve.trace(lambda x, n: x[: int(n.item())], torch.ones(5), torch.tensor(3), value_guards=True)
+    assert "int_eq" in str(t.graph) and len(value_bailouts(t.graph)) == 1
+    with pytest.raises(guardsolve.GuardFailure):
+        run_trace(t.graph, torch.ones(5), torch.tensor(2), constants=t.constants)
 
 
 def test_random_ops_after_a_reseed_inside_the_function_are_never_replayed() -> None:

@@ -37,13 +37,13 @@ _READS_DATA = frozenset({"aten._local_scalar_dense.default", "aten.item.default"
 
 
 def value_bailouts(graph: Graph) -> set[int]:
-    """Indices of bailouts that depend on tensor data (`var_to_bool` or `.item()` in a tensor
-    trace, `bool_opaque` in a guard graph): not checkable from shapes, so a replay checks them."""
+    """Indices of bailouts that depend on tensor data (`var_to_bool`, `.item()` or a size an op
+    computes from data (`nonzero`) in a tensor trace, `bool_opaque` in a guard graph): not checkable from shapes, so a replay checks them."""
     tainted: set[str] = set()
     out: set[int] = set()
     for i, n in enumerate(graph.nodes):
         if (n.op in (Op.BOOL_OPAQUE, Op.VAR_TO_BOOL) or any(x in tainted for x in n.inputs)
-                or (n.op is Op.ATEN and n.params["fn"] in _READS_DATA)):
+                or (n.op is Op.ATEN and (n.params["fn"] in _READS_DATA or n.meta.get("data_sized")))):
             tainted.update(n.outputs)
             if n.op is Op.BOOL_BAILOUT:
                 out.add(i)

@@ -147,6 +147,7 @@ class Recorder:
         self.guards = Graph()
         self.trace = trace
         self.value_guards = value_guards
+        self.unbacked_at = 0  # NOTE: `_unbacked` as the op in progress began (did it count a size from data?)
         self.depth = 0  # > 0 inside PyTorch's shape rules for one op
         self.loc: SourceLoc | None = None  # the user line of the torch call in progress
         self.op: Any = None  # the torch op in progress (its shape rule asks the questions)
@@ -445,12 +446,53 @@ class SymGuard(SymNode):
     def _g(self) -> str:
         return self.rec.g_const(self.hint) if self.const else self.g  # type: ignore[return-value]
 
+    def _traced_data(self) -> bool:
+        """Is this a value read from tensor data (`.item()`, a `nonzero` count) that user code
+        computes with, in a trace that records value bailouts (`value_guards`)? Then what user
+        code computes from it is recorded in the tensor trace alone, and a decision on it is a
+        value bailout there: checked on each call's data (a compiled entry splits there into
+        segments), never a shape guard."""
+        rec = self.rec
+        return (self.data is not None and not self.const and rec.value_guards and rec.depth == 0
+                and rec.trace is not None and not rec.muted)
+
+    def _data_op(self, op: Op, args: tuple["SymGuard", ...], value: Any) -> "SymGuard":
+        """`op(*args)` over a value read from data, in the tensor trace only (ints and floats
+        alike: the replay evaluates the op in Python).
+
+        >>> rec = Recorder(Graph(), value_guards=True)
+        >>> v = rec.unbacked("", 3, ITEM_DATA); v.pytype, v.hint, v.t = float, 0.25, "v0"
+        >>> w = v._binary(Op.INT_GT, operator.gt, v._wrap(0))
+        >>> w.hint, rec.trace.nodes[-1].op.value
+        (True, 'int_gt')
+        """
+        rec = self.rec
+        assert rec.trace is not None
+        out = SymGuard(rec, value, type(value), None)
+        out.data = next(a.data for a in args if a.data is not None)
+        out.t = rec.trace.emit(op, tuple(rec.t_name(a) for a in args), meta={"loc": rec.location()})
+        return out
+
+    def _data_bailout(self, expect: Any) -> None:
+        """A decision of user code on a value read from data: a value bailout of the trace."""
+        rec = self.rec
+        assert rec.trace is not None
+        name = rec.t_name(self)
+        if self.pytype is float and isinstance(expect, bool):  # NOTE: `bool(v)` of a float: `v != 0`
+            name = rec.trace.emit(Op.INT_NE, (name, rec.t_name(self._wrap(0))), meta={"loc": rec.location()})
+        elif not isinstance(expect, bool):  # NOTE: the value itself pinned (`int(v)`, `float(v)`)
+            name = rec.trace.emit(Op.INT_EQ, (name, rec.t_name(self._wrap(expect))), meta={"loc": rec.location()})
+            expect = True
+        rec.trace.emit(Op.BOOL_BAILOUT, (name,), meta={"loc": rec.location()}, expect=expect)
+
     def _record(self, op: Op, args: tuple["SymGuard", ...], value: Any) -> "SymGuard":
         rec = self.rec
         for a in args:
             a._force()
         if all(a.const for a in args):
             return self._wrap(value)
+        if any(a._traced_data() for a in args):
+            return self._data_op(op, args, value)
         loc = rec.location()
         out = SymGuard(rec, value, type(value), rec.g_op(op, tuple(a._g() for a in args), loc))
         out.data = next((a.data for a in args if a.data is not None), None)
@@ -462,6 +504,10 @@ class SymGuard(SymNode):
 
     def _binary(self, op: Op, fn: Callable[[Any, Any], Any], other: "SymGuard") -> "SymGuard":
         """`self op other`, recorded; the hot path of every shape rule, so written out flat."""
+        if (self.data is not None or other.data is not None) and (self._traced_data() or other._traced_data()):
+            self._force()
+            other._force()
+            return self._data_op(op, (self, other), fn(self.hint, other.hint))
         if self.pytype is float or other.pytype is float:
             return self._float(fn, other)
         if self.lazy is not None:
@@ -613,6 +659,9 @@ class SymGuard(SymNode):
     def _pin(self) -> Any:
         self._force()
         if self.data is not None and not self.const:
+            if self._traced_data() and self.hint == self.hint:  # NOTE: NaN equals no value
+                self._data_bailout(self.hint)
+                return self.hint
             raise self._data_dependent()  # NOTE: a float of tensor data: the trace has no float ops
         if self.const or self.pytype is float:
             return self.hint
@@ -701,6 +750,13 @@ class SymGuard(SymNode):
 
     def guard_bool(self, file: str, line: int) -> bool:
         self._force()
+        if self.data is not None and self._traced_data():
+            # NOTE: a count (`nonzero`'s) is >= 0, as `_static` assumes; a value `.item()` read
+            # may be anything: every decision user code makes on it is a bailout
+            known = _static(self) if self.pytype is not float and self.data is not ITEM_DATA else None
+            if known is None:
+                self._data_bailout(bool(self.hint))
+            return bool(self.hint) if known is None else known
         if self.pytype is float:  # NOTE: `bool(x)` of a float: forcing it pinned its sizes
             return bool(self.hint)
         if self.data is not None:

@@ -385,6 +385,16 @@ class GuardedFunction:
                         return _MISS  # NOTE: every variant reads the same state
                     try:
                         out = v.run(*(values if e.traced is None else [values[i] for i in e.traced]))
+                    except GuardFailure as failure:
+                        # NOTE: a segmented variant's value bailout: the data took another path,
+                        # which a trace of its own serves (nothing the trace did not make was
+                        # written before it: `segments.state_writes`), resumed from what this
+                        # run computed where its prefix is this one's
+                        out = self._resume(e, failure, names, values)
+                        if out is _MISS:
+                            self._log.append(f"entry {self._entries.index(e) if e in self._entries else '?'}: {failure}")
+                            return _MISS
+                        return out
                     except Exception as err:
                         # NOTE: a kernel's own error (an index out of range in data): eager gives
                         # the call's own error, or its value
@@ -422,6 +432,37 @@ class GuardedFunction:
         e.last_used = next(self._clock)
         self._tls.last = (_K_HIT, e, None, None)
         return out
+
+    def _resume(self, e: Entry, failure: GuardFailure, names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
+        """The call whose segmented run in `e` diverged (`segments.Diverged`), continued by another
+        entry's segments where they share the prefix and its size check passes; else `_MISS`."""
+        from guardsolve.jit.segments import Diverged
+
+        seen = {id(e)}
+        while isinstance(failure, Diverged):
+            for other in self._entries:
+                if id(other) in seen or other.names != names or (other.state is not None and not other.state()):
+                    continue
+                v = next((v for v in other.variants if v.segments is not None and v.check(*values)), None)
+                if v is None:
+                    continue
+                try:
+                    out = v.segments.resume(failure)
+                except GuardFailure as again:
+                    seen.add(id(other))
+                    failure = again
+                    break
+                if out is NotImplemented:
+                    continue
+                v._hits.inc()
+                other._hits.inc()
+                self._hits.inc()
+                other.last_used = next(self._clock)
+                self._tls.last = (_K_HIT, other, v, None)
+                return out
+            else:
+                return _MISS
+        return _MISS
 
     def _count_eager(self, why: str) -> None:
         with self._lock_eager:
@@ -491,9 +532,12 @@ class GuardedFunction:
             record = _Miss(self._entries if locked else seen, names, values, self._state())
             self._log.append(record)
             if locked and self.backend == "inductor":
+                # NOTE: a trace that reads data fits by sizes, not necessarily by the data: a call
+                # its segments refused takes a trace of its own
                 fits = next((e for e in self._entries if e.trace is not None and e.uncompiled is None
                              and e.autograd is None and e.names == names and e.check(*values)
-                             and (e.state is None or e.state())), None)
+                             and (e.state is None or e.state())
+                             and not any(v.segments is not None for v in e.variants)), None)
                 if fits is not None:
                     # NOTE: the trace serves these inputs, its variants' backend guards do not:
                     # another variant of the same trace, no new trace
@@ -681,7 +725,8 @@ class GuardedFunction:
             return None
         finally:
             self._compile_s.append(time.perf_counter() - start)
-        self._compiles.inc()
+        for _ in range(v.compiles):
+            self._compiles.inc()
         if not v.check(*values):
             # NOTE: never trusted: the example it was compiled at must pass its own check
             entry.uncompiled = "the compiled variant's check rejects the inputs it was compiled at"

@@ -410,6 +410,10 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
     variant is compared with eager in outputs, gradients and mutated buffers; it re-traces
     with the sizes deciding only (size-oblivious reasoning baked a saved activation's stride
     into one backward)."""
+    from guardsolve.jit.segments import has_data
+
+    if has_data(t.graph):
+        return _segmented(t, trace_gs, values, timeout_ms, train)
     start = time.perf_counter()
     program, inputs, const_names, outs = flat_program(t)
     consts = [t.constants[c] if train else t.constants[c].detach() for c in const_names]
@@ -444,6 +448,44 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
                 break
             return v
     raise CompileFailure("; ".join(dict.fromkeys(failures)) if len(failures) > 1 else failures[-1])
+
+
+def _segmented(t: Trace, trace_gs: GuardSet, values: Sequence[Any], timeout_ms: int, train: bool) -> Variant:
+    """A trace that reads tensor data, served as segments cut where it does (`jit/segments.py`):
+    each segment re-traced on its own and compiled, its check over its own inputs (sizes a
+    `nonzero` counted among them); the trace's size guards are the variant's check, its value
+    bailouts checked by the glue between segments."""
+    from guardsolve.errors import SolverError
+    from guardsolve.jit.segments import Plan, build, state_writes
+
+    if train:
+        raise CompileFailure("the trace decides on tensor data: in grad mode its segments are not compiled")
+    plan = Plan.of(t)
+    why = state_writes(plan)
+    if why is not None:
+        raise CompileFailure(f"the trace cannot be cut where it reads data: {why}")
+
+    def compile_one(sub: Trace, example: Sequence[Any]) -> Variant | str:
+        names = [p.name for p in sub.signature]
+        try:
+            gs = simplify(sub, timeout_ms=timeout_ms, explore=False).with_static(list(sub.static), names)
+            v = compile_variant(sub, gs, example, list(sub.static), names, timeout_ms)
+        except (CompileFailure, SolverError) as e:
+            return f"Inductor cannot compile it: {_first_line(e)[:300]}"
+        if not v.check(*example):
+            return "its compiled check rejects the inputs it was compiled at"
+        return v
+
+    from guardsolve.errors import GuardFailure
+
+    try:
+        seg = build(plan, values, compile_one)
+    except GuardFailure as e:
+        raise CompileFailure(f"the inputs do not take the trace's path on their data: {e}") from e
+    if seg.compiles == 0:
+        reasons = "; ".join(f"segment {s.index}: {s.why_eager}" for s in seg.segments)
+        raise CompileFailure(f"the trace reads tensor data and none of its segments compiles ({reasons})")
+    return Variant(trace_gs, seg.run, seg.backend, seg.compile_s, None, segments=seg, compiles=seg.compiles)
 
 
 class _Failed(Exception):

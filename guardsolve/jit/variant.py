@@ -55,6 +55,10 @@ class Variant:
     # later process runs without importing Inductor; or why it cannot (it then loads `artifact`
     # through Inductor); None where nothing is saved
     direct: dict[str, Any] | str | None = field(default=None, repr=False)
+    # NOTE: a trace that reads tensor data runs as segments (`jit/segments.Segmented`); `run` is
+    # their glue, and `compiles` counts the segments compiled
+    segments: Any = field(default=None, repr=False)
+    compiles: int = 1
     _hits: Counter = field(default_factory=Counter, repr=False)
     # NOTE: the compiled check, bound once: every call of the guarded function reads it
     check: Callable[..., bool] = field(init=False, repr=False)
@@ -74,6 +78,8 @@ class Variant:
         if self.backend:
             out.append("assumed by the backend (read back from its ShapeEnv, simplified with the trace's guards):")
             out += [f"    {g}" for g in self.backend]
+        if self.segments is not None:
+            out.append(self.segments.explain())
         if self.exact_example:
             out.append("a backend guard could not be translated: this variant serves its example's sizes only")
         return "\n".join(out)

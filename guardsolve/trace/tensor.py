@@ -271,6 +271,7 @@ class TracingMode(TorchDispatchMode):
         if outer:
             rec.loc = rec.location()
             rec.op = func  # NOTE: the op whose shape rule asks what is recorded now
+            rec.unbacked_at = rec._unbacked
             if record:
                 assert rec.trace is not None
                 rec.capture, rec.pending, first = [], None, len(rec.trace.nodes)
@@ -280,7 +281,7 @@ class TracingMode(TorchDispatchMode):
             # recorded, computed again by a replay, and any decision on it raises
             # NOTE: `item` arrives whole (below autograd): eager's kernel checks it has one element,
             # and its rule (the composite over `_local_scalar_dense`) makes that a guard
-            if func in _READS_DATA and (rec.value_guards or func not in _ITEM):
+            if func in _READS_DATA and (func not in _ITEM or rec.value_guards and not _reads_traced(args)):
                 return self._read_data(func, args, kwargs or {})
             out = self._call(func, args, kwargs or {})
             if record:
@@ -512,9 +513,12 @@ class TracingMode(TorchDispatchMode):
                     rec.local_blocked = f"{qualified_name(func)} hands eager's {type(r).__name__} to Python"
                 out.append(r)
         args, kwargs = template
+        # NOTE: an op that counted a size from data (`nonzero`): a decision on its outputs' sizes
+        # is a value bailout (`guards.shape.value_bailouts`), and a compiled entry cuts there
+        by_data = rec._unbacked > rec.unbacked_at
         node = Node(Op.ATEN, tuple(refs(template)), tuple(names),
                     {"fn": OpName(qualified_name(func)), "args": Args(args), "kwargs": Kwargs(kwargs)},
-                    {"loc": rec.loc})
+                    {"loc": rec.loc, **({"data_sized": True} if by_data else {})})
         rec.trace.append(node)
         if rec.pending is not None and rec.depth == 1:
             rec.pending = (*rec.pending[:4], aliases)
@@ -715,6 +719,13 @@ def _threads_for(real_flat: list[Any]) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
+def _reads_traced(args: Any) -> bool:
+    """Does `.item()` read a traced tensor (computed from the inputs)? Its value is then a
+    symbol of the trace, not a pinned constant: what user code decides on it is a value
+    bailout (`SymGuard._traced_data`), what it passes to ops a runtime value of the replay."""
+    return bool(args) and isinstance(args[0], TracedTensor)
+
+
 def _sized_by_data(func: Any) -> bool:
     """Does the op's output size or value come from tensor data (`nonzero`, `index` with a
     mask, `.item()`)? Its eager kernel computes the size its rule takes."""

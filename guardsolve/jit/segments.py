@@ -1,0 +1,544 @@
+"""A trace that decides on tensor data, served as compiled segments split where the data decides.
+
+A trace recorded with value guards holds ops that read data (`.item()`, `bool(tensor)`) or
+whose output sizes come from data (`nonzero`, a boolean mask), and value bailouts: decisions
+user code made on such values. Its size guards are checked once at entry; a value bailout
+can only be checked once the data it reads is computed. So the trace is cut at each such op
+(the seed's third way of using guards): the tensor ops between two cuts are one *segment*,
+re-traced on its own and compiled by Inductor at symbolic sizes (a size a `nonzero` counted
+is an input size of the segment after it, so one compile serves every count); the ops at a
+cut run eagerly, and the value bailouts after them are checked in Python before the next
+segment runs. A failing one raises `GuardFailure` (the cache then traces the call: the
+value took another path, a trace of its own).
+
+>>> import torch, guardsolve
+>>> def f(x):
+...     if x.sum().item() > 0:
+...         return x * 2
+...     return -x
+>>> t = guardsolve.trace(f, torch.ones(3), value_guards=True)
+>>> plan = Plan.of(t)
+>>> [len(r) for r in plan.runs], [t.graph.nodes[i].op.value for i in plan.cuts]
+([1, 1], ['aten', 'bool_bailout'])
+>>> print(plan.glue_source())
+def glue(x):
+    v0, = seg0(x)
+    v1 = k_v1(v0)
+    i0 = 0.0
+    i1 = v1 > i0
+    if bool(i1) != True: fail_3()
+    v2, = seg1(x)
+    return v2
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable, Sequence
+
+import torch
+
+from guardsolve.errors import GuardFailure, TraceError
+from guardsolve.guards.shape import value_bailouts
+from guardsolve.ir.aten import Ref as ArgRef
+from guardsolve.ir.concrete import TENSOR_RULES, compile_call
+from guardsolve.ir.graph import Graph
+from guardsolve.ir.node import Node
+from guardsolve.ir.ops import Op
+from guardsolve.jit.counter import Counter
+from guardsolve.trace.replay import _INT_EXPR, _METADATA, _direct_call, _lines, _refs, _spec_source
+
+_READS = frozenset({"aten._local_scalar_dense.default", "aten.item.default"})
+_INPUTS = frozenset({Op.VAR_PLACEHOLDER, Op.INT_ARG, Op.VAR_PARAM, Op.INT_PLACEHOLDER})
+# NOTE: a segment this small runs as its eager op calls: a compiled call costs more than a view
+_MIN_OPS = 2
+_MAX_VARIANTS = 2  # compiled variants per segment; calls none serves run the segment's eager ops
+
+
+def cut_at(n: Node) -> bool:
+    """Is `n` an op whose result comes from tensor data (a value or a size)? The trace is cut there."""
+    return n.op is Op.VAR_TO_BOOL or (n.op is Op.ATEN and (str(n.params["fn"]) in _READS
+                                                           or bool(n.meta.get("data_sized"))))
+
+
+def has_data(graph: Graph) -> bool:
+    """Does the trace read tensor data (so that it is served as segments)?"""
+    return any(cut_at(n) for n in graph.nodes)
+
+
+def _tensor_op(n: Node) -> bool:
+    return n.op is Op.ATEN or (n.op in TENSOR_RULES and n.op not in _METADATA)
+
+
+@dataclass
+class Plan:
+    """Where a trace is cut: `runs` (node indices of each segment, in order) and the `steps` of
+    the glue that calls them (`("seg", k)` or `("node", i)`: a cut op or a value bailout)."""
+
+    trace: Any
+    runs: list[list[int]]
+    steps: list[tuple[str, int]]
+    cuts: list[int]
+    ins: list[list[str]] = field(default_factory=list)
+    outs: list[list[str]] = field(default_factory=list)
+    glue: list[str] = field(default_factory=list)
+    _keys: dict[int, int] = field(default_factory=dict, repr=False)
+
+    @staticmethod
+    def of(t: Any) -> "Plan":
+        nodes = t.graph.nodes
+        values = value_bailouts(t.graph)
+        runs: list[list[int]] = []
+        steps: list[tuple[str, int]] = []
+        cuts: list[int] = []
+        cur: list[int] | None = None
+        for i, n in enumerate(nodes):
+            if n.op in _INPUTS:
+                continue
+            if n.op is Op.BOOL_BAILOUT:
+                if i in values:
+                    cur = None
+                    steps.append(("node", i))
+                    cuts.append(i)
+                continue  # NOTE: a shape bailout: the entry's check holds it
+            if cut_at(n):
+                cur = None
+                steps.append(("node", i))
+                cuts.append(i)
+                continue
+            if cur is None:
+                if not _tensor_op(n):
+                    continue  # NOTE: an int between segments: computed where it is needed
+                cur = []
+                runs.append(cur)
+                steps.append(("seg", len(runs) - 1))
+            cur.append(i)
+        plan = Plan(t, runs, steps, cuts)
+        plan._wire()
+        return plan
+
+    def _wire(self) -> None:
+        """Each segment's inputs and outputs, and the glue's lines."""
+        nodes = self.trace.graph.nodes
+        where: dict[str, int] = {}  # name -> node index defining it
+        run_of: dict[int, int] = {}
+        for k, run in enumerate(self.runs):
+            for i in run:
+                run_of[i] = k
+        for i, n in enumerate(nodes):
+            for o in n.outputs:
+                where[o] = i
+        consts = set(self.trace.constants)
+        inputs = [n.params["name"] for n in self.trace.graph.placeholders()]
+        outs: list[list[str]] = [[] for _ in self.runs]
+        ins: list[list[str]] = []
+        for run in self.runs:
+            defined = {o for i in run for o in nodes[i].outputs}
+            sub = Graph([nodes[i] for i in run])
+            need = _needed(sub, defined)
+            ins.append(list(dict.fromkeys(x for i in run for x in nodes[i].inputs
+                                          if x not in defined and x not in consts and x in need)))
+        have = set(inputs) | consts
+        lines: list[Any] = []
+
+        def define(name: str) -> None:
+            if name in have:
+                return
+            i = where[name]
+            k = run_of.get(i)
+            if k is not None and _tensor_op(nodes[i]):
+                if name not in outs[k]:
+                    outs[k].append(name)  # NOTE: the segment hands it out (it ran already)
+                return
+            n = nodes[i]
+            for x in n.inputs:
+                define(x)
+            lines.append(_int_line(n))
+            have.update(n.outputs)
+
+        for kind, idx in self.steps:
+            if kind == "seg":
+                for x in ins[idx]:
+                    define(x)
+                lines.append(("seg", idx))
+                continue
+            n = nodes[idx]
+            for x in n.inputs:
+                define(x)
+            if n.op is Op.BOOL_BAILOUT:
+                lines.append(f"if bool({n.inputs[0]}) != {n.params['expect']}: fail_{idx}(locals())")
+            else:
+                lines.append(("op", idx))
+                have.update(n.outputs)
+        for name in sorted(_refs(self.trace.out_spec)):
+            define(name)
+        self.ins, self.outs, self.glue = ins, outs, lines
+
+    def glue_source(self, ns: dict[str, Any] | None = None) -> str:
+        """The glue as Python: segments are `seg0`, `seg1`, ... in `ns`; a cut op is `k_<name>`."""
+        ns = {} if ns is None else ns
+        nodes = self.trace.graph.nodes
+        params = [n.params["name"] for n in self.trace.graph.placeholders()]
+        body: list[str] = []
+        for line in self.glue:
+            match line:
+                case ("seg", k):
+                    got = "".join(f"{o}, " for o in self.outs[k])
+                    call = f"seg{k}({', '.join(self.ins[k] + self._consts(k))})"
+                    body.append(f"{got} = {call}" if got else call)
+                case ("op", i):
+                    n = nodes[i]
+                    if n.op is Op.VAR_TO_BOOL:
+                        body.append(f"{n.outputs[0]} = {n.inputs[0]}")  # NOTE: `bool()` of it is checked
+                        continue
+                    direct = _direct_call(n, ns)
+                    if direct is None:
+                        out = n.outputs[0]
+                        ns[f"k_{out}"] = compile_call(**n.params, outputs=len(n.outputs))
+                        direct = f"{', '.join(n.outputs)} = k_{out}({', '.join(n.inputs)})"
+                    body.append(direct)
+                case str(text):
+                    body.append(text)
+        for i in self.cuts:
+            if nodes[i].op is Op.BOOL_BAILOUT:
+                ns[f"fail_{i}"] = partial(_diverged, nodes[i], i, self)
+        body.append(f"return {_spec_source(self.trace.out_spec, ns)}")
+        return "\n".join([f"def glue({', '.join(params)}):"] + [f"    {b}" for b in body])
+
+    def resume_source(self, at: int, ns: dict[str, Any]) -> str | None:
+        """The glue after the value bailout at node `at`, as `resume(_env)` over the names a
+        glue defined before it (another trace's, whose prefix is this one's); None if `at` is
+        not one of this plan's cuts."""
+        if at not in self.cuts:
+            return None
+        full = self.glue_source(ns).splitlines()
+        mark = next((j for j, line in enumerate(full) if f"fail_{at}(" in line), None)
+        if mark is None:
+            return None
+        before = set(n.params["name"] for n in self.trace.graph.placeholders())
+        for line in full[1:mark]:
+            lhs = line.strip().split(" = ", 1)[0] if " = " in line else ""
+            before.update(x.strip() for x in lhs.split(",") if x.strip().isidentifier())
+        head = [f"    {b} = _env[{b!r}]" for b in sorted(before)]
+        return "\n".join(["def resume(_env):"] + head + full[mark + 1:])
+
+    def prefix_key(self, at: int) -> int:
+        """What a run up to the value bailout at node `at` computed (its decision aside): two
+        traces with equal keys computed the same values there."""
+        key = self._keys.get(at)
+        if key is None:
+            nodes = self.trace.graph.nodes
+            parts = [(n.op.value, n.inputs, n.outputs, repr(sorted(n.params.items()))) for n in nodes[:at]]
+            parts.append((nodes[at].op.value, nodes[at].inputs))
+            key = self._keys[at] = hash((tuple(parts), tuple(self.trace.constants)))
+        return key
+
+    def _consts(self, k: int) -> list[str]:
+        """The constants segment `k` reads (passed to its eager ops; a compiled one captures them)."""
+        consts = self.trace.constants
+        nodes = self.trace.graph.nodes
+        return list(dict.fromkeys(x for i in self.runs[k] for x in nodes[i].inputs if x in consts))
+
+    def segment_source(self, k: int, ns: dict[str, Any]) -> str:
+        """Segment `k` as an eager Python function of its inputs and constants."""
+        from guardsolve.trace.tracer import Ref
+
+        nodes = self.trace.graph.nodes
+        body, sub_ns = _lines(Graph([nodes[i] for i in self.runs[k]]), tuple(Ref(o) for o in self.outs[k]))
+        ns.update(sub_ns)
+        params = self.ins[k] + self._consts(k)
+        return "\n".join([f"def seg{k}({', '.join(params)}):"] + [f"    {b}" for b in body])
+
+
+class Diverged(GuardFailure):
+    """A value bailout of a segmented run failed: the data took another path. `env` holds what
+    the run computed so far, `at` the bailout's node, `key` what the prefix computed
+    (`Plan.prefix_key`): a trace of that other path with the same prefix resumes from `env`."""
+
+    def __init__(self, node: Node, at: int, key: int, env: dict[str, Any]) -> None:
+        super().__init__(node.params["expect"], node, node.meta.get("loc"))
+        self.at, self.key, self.env = at, key, env
+
+
+def _diverged(node: Node, at: int, plan: "Plan", env: dict[str, Any]) -> None:
+    raise Diverged(node, at, plan.prefix_key(at), env)
+
+
+def _needed(sub: Graph, defined: set[str]) -> set[str]:
+    """Names the tensor ops of a segment read (its int nodes only where a tensor op uses them)."""
+    need: set[str] = set()
+    for n in reversed(sub.nodes):
+        if _tensor_op(n) or (n.outputs and n.outputs[0] in need):
+            need.update(n.inputs)
+    return need
+
+
+def _int_line(n: Node) -> str:
+    if n.op in _INT_EXPR:
+        return f"{n.outputs[0]} = " + _INT_EXPR[n.op].format(*n.inputs, **n.params)
+    if n.op is Op.SIZE_CTOR:
+        return f"{n.outputs[0]} = (" + "".join(f"{x}, " for x in n.inputs) + ")"
+    raise TraceError(f"a segment's glue cannot compute {n.op.value} ({', '.join(n.outputs)}) in Python")
+
+
+@dataclass(eq=False)
+class Segment:
+    """One segment: its eager ops, and the compiled variants that serve its inputs' sizes."""
+
+    index: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    ops: int
+    eager: Callable[..., Any]  # its ops as eager calls (inputs, then constants)
+    consts: tuple[torch.Tensor, ...]
+    variants: list[Any] = field(default_factory=list)
+    why_eager: str | None = None  # why no (further) variant is compiled
+    calls: Counter = field(default_factory=Counter)
+    eager_calls: Counter = field(default_factory=Counter)
+
+    def __call__(self, *args: Any) -> Any:
+        self.calls.inc()
+        ins = args[:len(self.inputs)]
+        for v in self.variants:
+            if v.check(*ins):
+                try:
+                    out = v.run(*ins)
+                except AssertionError as e:
+                    # NOTE: Inductor's own input check (`assert_size_stride`, before any kernel
+                    # runs) refused sizes the variant's check accepted: never trusted again
+                    self.variants = [w for w in self.variants if w is not v]
+                    self.why_eager = f"a compiled variant's own input check failed ({str(e)[:120]})"
+                    break
+                v._hits.inc()
+                return out
+        self.eager_calls.inc()
+        return self.eager(*args)
+
+    def describe(self) -> str:
+        served = (f"{len(self.variants)} compiled variant{'s' if len(self.variants) != 1 else ''}" if self.variants
+                  else f"eager ({self.why_eager})")
+        return (f"segment {self.index}: {self.ops} op{'s' if self.ops != 1 else ''} over "
+                f"({', '.join(self.inputs)}) -> ({', '.join(self.outputs)}): {served}")
+
+
+@dataclass(eq=False)
+class Segmented:
+    """A trace served as segments: `run(*inputs)` is the glue (`Plan.glue_source`)."""
+
+    plan: Plan
+    segments: tuple[Segment, ...]
+    run: Callable[..., Any]
+    compile_s: float
+    compiles: int
+    backend: tuple[Any, ...]
+
+    _resumes: dict[int, Callable[..., Any] | None] = field(default_factory=dict, repr=False)
+    _ns: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def resume(self, d: Diverged) -> Any:
+        """Continue another trace's run that diverged at `d` (its prefix this trace's, its
+        decision this trace's) from what it computed; `NotImplemented` where this trace cannot."""
+        plan = self.plan
+        if d.at not in plan.cuts or plan.prefix_key(d.at) != d.key:
+            return NotImplemented
+        fn = self._resumes.get(d.at, NotImplemented)
+        if fn is NotImplemented:
+            ns = dict(self._ns)
+            src = plan.resume_source(d.at, ns)
+            fn = None
+            if src is not None:
+                exec(compile(src, "<guardsolve resume>", "exec"), ns)
+                fn = ns["resume"]
+            self._resumes[d.at] = fn
+        if fn is None:
+            return NotImplemented
+        node = plan.trace.graph.nodes[d.at]
+        if bool(d.env[node.inputs[0]]) != node.params["expect"]:
+            return NotImplemented  # NOTE: not this trace's decision either
+        try:
+            return fn(d.env)
+        except KeyError:  # NOTE: the prefix's segments did not hand out a value this path reads
+            self._resumes[d.at] = None
+            return NotImplemented
+
+    def explain(self) -> str:
+        nodes = self.plan.trace.graph.nodes
+        out = [f"served as {len(self.segments)} segments, cut where the program reads tensor data:"]
+        seg = iter(self.segments)
+        for kind, idx in self.plan.steps:
+            if kind == "seg":
+                out.append("    " + next(seg).describe())
+                continue
+            n = nodes[idx]
+            loc = n.meta.get("loc")
+            at = f"  — {loc}" if loc is not None else ""
+            if n.op is Op.BOOL_BAILOUT:
+                out.append(f"    then, checked on the data: {_decision(self.plan.trace.graph, idx)}{at}")
+            elif n.op is not Op.VAR_TO_BOOL:
+                out.append(f"    then, eagerly: {n.params['fn']} -> {', '.join(n.outputs)}{at}")
+        return "\n".join(out)
+
+
+def _decision(graph: Graph, i: int) -> str:
+    """A value bailout as an expression over the trace's tensors (`v0.item() > 0.0`)."""
+    where = {o: n for n in graph.nodes for o in n.outputs}
+    n = graph.nodes[i]
+    text = _expr(where, n.inputs[0], 0)
+    return text if n.params["expect"] else f"not ({text})"
+
+
+def _expr(where: dict[str, Node], name: str, depth: int) -> str:
+    n = where.get(name)
+    if n is None or depth > 8:
+        return name
+    if n.op is Op.INT_CONST or n.op is Op.BOOL_CONST:
+        return repr(n.params["val"])
+    if n.op is Op.ATEN and str(n.params["fn"]) in _READS:
+        return f"{n.inputs[0]}.item()"
+    if n.op is Op.VAR_TO_BOOL:
+        return f"bool({n.inputs[0]})"
+    if n.op is Op.SIZE_INDEX:
+        src = where.get(n.inputs[0])
+        if src is not None and src.op is Op.VAR_SIZE:
+            return f"{src.inputs[0]}.shape[{n.params['index']}]"
+    if n.op in _INT_EXPR and n.op not in _METADATA:
+        parts = [_expr(where, x, depth + 1) for x in n.inputs]
+        parts = [f"({p})" if " " in p else p for p in parts]
+        return _INT_EXPR[n.op].format(*parts, **n.params)
+    return name
+
+
+def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequence[Any]], Any]) -> Segmented:
+    """The segments of `plan`'s trace, each compiled by `compile_one(sub_trace, example_inputs)`
+    (a Variant, or a string saying why not) at the inputs it receives when the glue runs on
+    copies of the example `values` (the trace's inputs)."""
+    from guardsolve.trace.tracer import trace
+
+    start = time.perf_counter()
+    t = plan.trace
+    consts = t.constants
+    # NOTE: the example's own segment inputs, from a run over copies (inputs, constants and the
+    # random state restored: compiling changes nothing the program reads)
+    seen: dict[int, tuple[Any, ...]] = {}
+    copies = {c: v.detach().clone() for c, v in consts.items()}
+    ns: dict[str, Any] = dict(copies)
+    eager: list[Callable[..., Any]] = []
+    for k in range(len(plan.runs)):
+        src = plan.segment_source(k, ns)
+        exec(compile(src, f"<guardsolve segment {k}>", "exec"), ns)
+        eager.append(ns[f"seg{k}"])
+
+    def recording(k: int) -> Callable[..., Any]:
+        def seg(*a: Any) -> Any:
+            if k not in seen:
+                seen[k] = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in a[:len(plan.ins[k])])
+            return eager[k](*a)
+        return seg
+
+    glue_ns: dict[str, Any] = dict(copies)
+    glue_ns.update({f"seg{k}": recording(k) for k in range(len(plan.runs))})
+    src = plan.glue_source(glue_ns)
+    exec(compile(src, "<guardsolve glue>", "exec"), glue_ns)
+    rng = torch.random.get_rng_state()
+    try:
+        with torch.no_grad():
+            glue_ns["glue"](*[v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values])
+    finally:
+        torch.random.set_rng_state(rng)
+    # NOTE: the served segments read the live constants
+    live_ns: dict[str, Any] = {c: v.detach() for c, v in consts.items()}
+    segments: list[Segment] = []
+    compiles = 0
+    backend: list[Any] = []
+    for k, run in enumerate(plan.runs):
+        src = plan.segment_source(k, live_ns)
+        exec(compile(src, f"<guardsolve segment {k}>", "exec"), live_ns)
+        core = live_ns[f"seg{k}"]
+        used = tuple(live_ns[c] for c in plan._consts(k))
+        ops = sum(1 for i in run if t.graph.nodes[i].op is Op.ATEN)
+        seg = Segment(k, tuple(plan.ins[k]), tuple(plan.outs[k]), ops, core, used)
+        example = seen.get(k)
+        if example is None:
+            seg.why_eager = "the example never reached it"
+        elif not any(isinstance(a, torch.Tensor) for a in example):
+            seg.why_eager = "it reads only state (buffers, parameters): eager reads their values now"
+        elif ops < _MIN_OPS:
+            seg.why_eager = f"{ops} op: its eager call costs less than a compiled one"
+        elif any(not isinstance(a, torch.Tensor) and not (isinstance(a, int) and not isinstance(a, bool))
+                 for a in example):
+            seg.why_eager = "it takes a float read from data, which a compiled segment would pin"
+        else:
+            made = _compile_segment(seg, core, used, example, trace, compile_one)
+            if isinstance(made, str):
+                seg.why_eager = made
+            else:
+                compiles += 1
+                seg.variants.append(made)
+                backend.extend(made.backend)
+        segments.append(seg)
+    run_ns: dict[str, Any] = {c: v.detach() for c, v in consts.items()}
+    run_ns.update({f"seg{k}": s for k, s in enumerate(segments)})
+    src = plan.glue_source(run_ns)
+    exec(compile(src, "<guardsolve glue>", "exec"), run_ns)
+    glue = run_ns["glue"]
+    glue.__source__ = src
+    return Segmented(plan, tuple(segments), glue, time.perf_counter() - start, compiles, tuple(backend), _ns=run_ns)
+
+
+def _compile_segment(seg: Segment, core: Callable[..., Any], used: tuple[torch.Tensor, ...], example: tuple[Any, ...],
+                     trace: Callable[..., Any], compile_one: Callable[[Any, Sequence[Any]], Any]) -> Any:
+    """One segment re-traced on its own (its inputs the trace's inputs; the constants it reads
+    captured) and compiled; a string says why not."""
+    from guardsolve.errors import GuardsolveError
+
+    names = list(seg.inputs)
+    src = f"def segment({', '.join(names)}):\n    return core({', '.join(names + ['*used'])})"
+    ns: dict[str, Any] = {"core": core, "used": used}
+    exec(compile(src, f"<guardsolve segment {seg.index}>", "exec"), ns)
+    fn = ns["segment"]
+    fn.__name__ = f"segment{seg.index}"
+    try:
+        sub = trace(fn, *example)
+    except GuardsolveError as e:
+        return f"its re-trace failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    return compile_one(sub, example)
+
+
+def state_writes(plan: Plan) -> str | None:
+    """Why the trace cannot be cut: an op writes a tensor it did not make (an input, a buffer)
+    before a decision on data, which a call that fails that decision would have made too. None
+    when every write before the last cut is to a tensor the trace made itself."""
+    nodes = plan.trace.graph.nodes
+    if not plan.cuts:
+        return None
+    last = max(i for i in plan.cuts if nodes[i].op is Op.BOOL_BAILOUT) if any(
+        nodes[i].op is Op.BOOL_BAILOUT for i in plan.cuts) else -1
+    root: dict[str, str] = {}
+    fresh: set[str] = set()
+    for i, n in enumerate(nodes[:last]):
+        if n.op is not Op.ATEN:
+            continue
+        from guardsolve.ir.aten import resolve
+
+        schema = resolve(str(n.params["fn"]))._schema
+        args = list(n.params["args"])
+        for a, arg in zip(schema.arguments, args):
+            info = a.alias_info
+            if info is not None and info.is_write and isinstance(arg, ArgRef):
+                base = root.get(arg.name, arg.name)
+                if base not in fresh:
+                    loc = n.meta.get("loc")
+                    return (f"{n.params['fn']} writes {arg.name}, a tensor the program did not make, before a "
+                            f"decision on data{f' ({loc})' if loc is not None else ''}")
+        first = next((a.name for a in args if isinstance(a, ArgRef)), None)
+        for r, o in zip(schema.returns, n.outputs):
+            if r.alias_info is not None and first is not None:
+                root[o] = root.get(first, first)
+            else:
+                fresh.add(o)
+    return None
+
+
+__all__ = ["Diverged", "Plan", "Segment", "Segmented", "build", "cut_at", "has_data", "state_writes"]
