@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from guardsolve.errors import TypeMismatchError
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.interp import RuleTable, interpret
 from guardsolve.ir.node import Node
@@ -103,6 +104,11 @@ def guard_graph(graph: Graph) -> Graph:
     """
     graph.validate()
     if is_guard_graph(graph):
+        for i, n in enumerate(graph.nodes):
+            if n.op is Op.INT_CONST and type(n.params["val"]) is not int:
+                # NOTE: a float constant is a tensor trace's (a comparison of a value read
+                # from data); guards are over ints
+                raise TypeMismatchError(f"param val={n.params['val']!r} should be an int in a guard graph", n, i)
         return graph
     signature = signature_of(graph)
     if uses_pytorch_rules(graph):

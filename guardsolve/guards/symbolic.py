@@ -626,6 +626,13 @@ class SymGuard(SymNode):
         >>> quarter.floor().hint, len(bailouts())  # reading it pins x0
         (1, 1)
         """
+        if (self.data or other.data) and self.rec.depth and not (self.const and other.const):
+            # NOTE: inside a rule (or a saved trace's replay): a float of data (the trace's
+            # comparison of `.item()`) stays data; only a decision on it would raise
+            out = SymGuard(self.rec, _stand_in(fn, self, other), float, None)
+            out.pytype = type(out.hint)
+            out.data = self.data or other.data
+            return out
         if self.rec.depth == 0 or (self.const and other.const) or self.data or other.data:
             return self._wrap(fn(self._pin(), other._pin()))
         try:

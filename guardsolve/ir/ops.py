@@ -131,7 +131,7 @@ SPECS: Mapping[Op, OpSpec] = {
     Op.BOOL_NOT: OpSpec((_B,), _B),
     Op.BOOL_AND: _binary(_B, _B),
     Op.BOOL_OR: _binary(_B, _B),
-    Op.INT_CONST: OpSpec((), _I, {"val": int}),
+    Op.INT_CONST: OpSpec((), _I, {"val": Number}),  # NOTE: a float where a trace compares a value read from data
     Op.INT_PLACEHOLDER: OpSpec((), _I, {"name": str}),
     Op.INT_ARG: OpSpec((), _I, {"name": str}, optional={"val": int}),
     Op.INT_UNBACKED: OpSpec((), _I, {"name": str}),
