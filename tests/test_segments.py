@@ -1,0 +1,134 @@
+"""Data-dependent programs served as compiled segments (`jit/segments.py`): cut where the
+program reads tensor data, each segment compiled at symbolic sizes, the decisions on data
+checked between segments, compared with eager on every call."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import guardsolve
+from guardsolve.jit.segments import Plan, state_writes
+
+
+def branch(x: torch.Tensor) -> torch.Tensor:
+    if x.mean().item() > 0:
+        return (x.relu() * 2).sum(-1)
+    return (x.sigmoid() - 1).sum(-1)
+
+
+def moe(x: torch.Tensor, w_gate: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+    probs = (x @ w_gate).softmax(-1)
+    top, idx = probs.topk(2, dim=-1)
+    out = torch.zeros_like(x)
+    for e in range(experts.shape[0]):
+        tok, slot = (idx == e).nonzero(as_tuple=True)
+        if tok.numel() == 0:
+            continue
+        h = x.index_select(0, tok) @ experts[e]
+        out.index_add_(0, tok, h * top[tok, slot].unsqueeze(-1))
+    return out
+
+
+def test_a_trace_is_cut_where_it_reads_data() -> None:
+    """Each `nonzero` is a cut run eagerly; the size it counted is an input size of the segment
+    after it (one compile serves every count); `tok.numel() == 0` is checked on the data."""
+    torch.manual_seed(0)
+    x, w, experts = torch.randn(16, 8), torch.randn(8, 3), torch.randn(3, 8, 8)
+    t = guardsolve.trace(moe, x, w, experts, value_guards=True)
+    plan = Plan.of(t)
+    cut_ops = [str(t.graph.nodes[i].params.get("fn", t.graph.nodes[i].op.value)) for i in plan.cuts]
+    assert cut_ops.count("aten.nonzero.default") == 3 and cut_ops.count("bool_bailout") == 3
+    assert len(plan.runs) == 4
+    nonzero_out = {t.graph.nodes[i].outputs[0] for i in plan.cuts if "nonzero" in cut_ops[plan.cuts.index(i)]}
+    # NOTE: the expert segments read the counted rows (through `unbind` of the nonzero output)
+    assert all(any(name in nonzero_out or name.startswith("v") for name in ins) for ins in plan.ins[1:])
+    assert state_writes(plan) is None  # NOTE: `out` is made by the program: writing it is no state
+    # the glue, run with the segments' eager ops, is eager's program
+    ns: dict = {}
+    for k in range(len(plan.runs)):
+        exec(plan.segment_source(k, ns), ns)
+    exec(plan.glue_source(ns), ns)
+    for n in (16, 5, 1):
+        x = torch.randn(n, 8)
+        try:
+            got = ns["glue"](x, w, experts, *[])
+        except guardsolve.GuardFailure:
+            continue  # NOTE: an expert with no token: the other path, another trace
+        assert torch.allclose(got, moe(x, w, experts), atol=1e-6)
+
+
+def test_a_write_to_state_before_a_decision_on_data_is_not_cut() -> None:
+    """A call that fails the decision would have written the buffer already: such a trace is
+    not served in segments (it runs eagerly, with the reason), and stays exact."""
+
+    class Counting(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("seen", torch.zeros(()))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.seen.add_(1)
+            return x * 2 if x.sum().item() > 0 else -x
+
+    m, ref = Counting(), Counting()
+    t = guardsolve.trace(Counting(), torch.ones(3), value_guards=True)
+    why = state_writes(Plan.of(t))
+    assert why is not None and "aten.add_.Tensor writes" in why and "before a decision on data" in why
+    g = guardsolve.guarded(m, value_guards=True, backend="inductor")
+    for s in (1.0, -1.0, 1.0):
+        x = torch.full((3,), s)
+        assert torch.equal(g(x), ref(x))
+    assert torch.equal(m.seen, ref.seen)
+    reasons = " ".join(r for r, _ in g.cache_info().eager_reasons)
+    assert "cannot be cut where it reads data" in reasons
+
+
+def test_an_item_branch_runs_as_compiled_segments_and_resumes_in_the_other_path() -> None:
+    """`if x.mean().item() > 0`: one trace per path, each served compiled; a call whose data
+    takes the other path continues in that path's trace from what the first computed (no
+    trace, no eager call); sizes vary under the same compiles; every call equals eager's."""
+    torch.manual_seed(0)
+    g = guardsolve.guarded(branch, value_guards=True, backend="inductor")
+    for n, s in [(4, 1.0), (4, -1.0), (6, 1.0), (9, -1.0), (3, 2.0), (5, -2.0)]:
+        x = torch.randn(n, 8).abs() * s
+        assert torch.allclose(g(x), branch(x), atol=1e-6)
+    info = g.cache_info()
+    assert info.traces == 2 and info.eager_calls == 0, info
+    assert info.hits == 4
+    variants = [v for e in g.entries for v in e.variants]
+    assert len(variants) == 2 and all(v.segments is not None for v in variants)
+    text = g.entries[0].variants[0].explain()
+    assert "checked on the data: v0.item() > 0.0" in text or "checked on the data: not (v0.item() > 0.0)" in text
+    assert "compiled variant" in text
+
+
+@pytest.mark.slow
+def test_moe_routing_runs_as_compiled_segments_over_token_counts() -> None:
+    """Top-2 routing with per-expert `nonzero`: one compile per segment serves every batch and
+    every expert's token count; an expert left without tokens takes the other path."""
+    torch.manual_seed(0)
+    w, experts = torch.randn(16, 4), torch.randn(4, 16, 16)
+    g = guardsolve.guarded(moe, value_guards=True, backend="inductor")
+    for n in (8, 12, 32, 7, 64, 16, 1, 9):
+        x = torch.randn(n, 16)
+        assert torch.allclose(g(x, w, experts), moe(x, w, experts), atol=1e-5)
+    info = g.cache_info()
+    assert info.eager_calls == 0, info.eager_reasons
+    assert info.traces <= 3 and info.hits >= 5, info
+
+
+@pytest.mark.slow
+def test_topk_of_a_value_read_from_data() -> None:
+    """`topk(x, k=int(n.item()))`: k is pinned (a value bailout per k), each k's segments
+    compiled; the same k at other sizes reuses them."""
+
+    def f(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        return torch.topk(x, k=int(n.item())).values.sum(-1)
+
+    g = guardsolve.guarded(f, value_guards=True, backend="inductor")
+    for rows, k in [(4, 3), (6, 3), (4, 5), (8, 5), (3, 3)]:
+        x, n = torch.randn(rows, 16), torch.tensor(k)
+        assert torch.allclose(g(x, n), f(x, n), atol=1e-6)
+    info = g.cache_info()
+    assert info.traces == 2 and info.eager_calls == 0 and info.hits == 3, info
