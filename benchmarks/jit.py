@@ -465,6 +465,7 @@ class ReachWorkload:
     small: Callable[[], torch.Tensor]
     large: Callable[[], torch.Tensor]
     note: str = ""
+    value_guards: bool = False  # NOTE: a program that decides on data: guarded(..., value_guards=True)
 
 
 def reach_workloads() -> list[ReachWorkload]:
@@ -495,11 +496,13 @@ def reach_workloads() -> list[ReachWorkload]:
         ReachWorkload("`.item()` branch", lambda: item_branch,
                       lambda: [_signed(s, sign) for s, sign in item_calls],
                       lambda: _signed((8, 64), 1.0), lambda: _signed((4096, 64), 1.0),
-                      "mean > 0 on 3 calls, < 0 on 3; timed calls take the > 0 side"),
+                      "mean > 0 on 3 calls, < 0 on 3; timed calls take the > 0 side; guarded(..., value_guards=True)",
+                      value_guards=True),
         ReachWorkload("top-2 MoE routing (4 experts)", make_moe,
                       lambda: [torch.randn(t, 16) for t in moe_tokens],
                       lambda: torch.randn(4, 16), lambda: torch.randn(512, 16),
-                      f"tokens {moe_tokens}; at 1 token two experts get none (`continue`)"),
+                      f"tokens {moe_tokens}; at 1 token two experts get none (`continue`); "
+                      "guarded(..., value_guards=True)", value_guards=True),
     ]
 
 
@@ -623,7 +626,7 @@ def run_reach(w: ReachWorkload, rounds: int) -> dict[str, Any]:
         counter: list[int] = [0]
         g = None
         if name == "guardsolve":
-            g = guardsolve.guarded(fn, backend="inductor")
+            g = guardsolve.guarded(fn, backend="inductor", value_guards=w.value_guards)
             s: Callable[[torch.Tensor], Any] = g
         else:
             from torch._inductor.compile_fx import compile_fx

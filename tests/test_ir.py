@@ -60,7 +60,7 @@ def test_round_trip_property(seed: int, n: int) -> None:
 
 
 @pytest.mark.parametrize("text, line, column, fragment", [
-    ("a0 = int_placeholder(name=a0)\ni0 = int_const(val=x)", 2, 20, "expected an integer"),
+    ("a0 = int_placeholder(name=a0)\ni0 = int_const(val=x)", 2, 20, "expected a number"),
     ("i0 = nope(a0)", 1, 6, "unknown op 'nope'"),
     ("i0 = int_eq(a0 b0)", 1, 16, "expected ',' or ')'"),
     ("i0 = int_eq(a0, b0", 1, 19, "unexpected end of line"),
