@@ -475,8 +475,15 @@ def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequenc
                 seg.why_eager = made
             else:
                 compiles += 1
-                seg.variants.append(made)
-                backend.extend(made.backend)
+                fast, slow = _time(made.run, example, ()), _time(core, example, used)
+                if fast < slow:
+                    seg.variants.append(made)
+                    backend.extend(made.backend)
+                else:
+                    # NOTE: a few small ops: the compiled call's own cost (its wrappers, an input
+                    # it writes) is more than the eager calls it replaces
+                    seg.why_eager = (f"its eager ops took {slow * 1e6:.0f} µs at the example, the compiled "
+                                     f"segment {fast * 1e6:.0f} µs")
         segments.append(seg)
     run_ns: dict[str, Any] = {c: v.detach() for c, v in consts.items()}
     run_ns.update({f"seg{k}": s for k, s in enumerate(segments)})
@@ -485,6 +492,18 @@ def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequenc
     glue = run_ns["glue"]
     glue.__source__ = src
     return Segmented(plan, tuple(segments), glue, time.perf_counter() - start, compiles, tuple(backend), _ns=run_ns)
+
+
+def _time(fn: Callable[..., Any], example: tuple[Any, ...], used: tuple[Any, ...], reps: int = 5) -> float:
+    """The best of `reps` calls of `fn` over copies of the example (a segment may write its inputs)."""
+    args = [x.clone() if isinstance(x, torch.Tensor) else x for x in example]
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(reps):
+            start = time.perf_counter()
+            fn(*args, *used)
+            best = min(best, time.perf_counter() - start)
+    return best
 
 
 def _compile_segment(seg: Segment, core: Callable[..., Any], used: tuple[torch.Tensor, ...], example: tuple[Any, ...],
