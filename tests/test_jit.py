@@ -89,20 +89,28 @@ def test_backend_and_cache_dir_are_checked() -> None:
 
 
 def test_data_dependent_branch_runs_eagerly_with_its_reason() -> None:
-    """Without value_guards a branch on data cannot be traced: the call runs eagerly (it used
-    to raise DataDependentError), and the reason is counted."""
+    """With `value_guards=False` a branch on data cannot be traced: the call runs eagerly (it
+    used to raise DataDependentError), and the reason is counted. By default (None) the call is
+    traced again with value guards: one entry per path, no eager call."""
     calls = []
 
     def f(x: torch.Tensor) -> torch.Tensor:
         calls.append(1)
         return x * 2 if x.sum() > 0 else x - 1
 
-    g = guardsolve.guarded(f)
+    g = guardsolve.guarded(f, value_guards=False)
     x = torch.ones(3)
     assert torch.equal(g(x), x * 2)
     assert torch.equal(g(-x), -x - 1)
     info = g.cache_info()
     assert info.eager_calls == 2 and info.entries == 0
+    def pure(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if x.sum() > 0 else x - 1
+
+    auto = guardsolve.guarded(pure)
+    for y in (x, -x, 2 * x, -3 * x):
+        assert torch.equal(auto(y), pure(y))
+    assert auto.cache_info().eager_calls == 0 and auto.cache_info().entries == 2 and auto.cache_info().hits == 2
     (why, count), = info.eager_reasons
     assert count == 2 and why.startswith("cannot be traced: DataDependentError") and "value_guards" in why
     with pytest.raises(DataDependentError):

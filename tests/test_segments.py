@@ -89,7 +89,7 @@ def test_an_item_branch_runs_as_compiled_segments_and_resumes_in_the_other_path(
     takes the other path continues in that path's trace from what the first computed (no
     trace, no eager call); sizes vary under the same compiles; every call equals eager's."""
     torch.manual_seed(0)
-    g = guardsolve.guarded(branch, value_guards=True, backend="inductor")
+    g = guardsolve.guarded(branch, backend="inductor")  # NOTE: value guards by default, on DataDependentError
     for n, s in [(4, 1.0), (4, -1.0), (6, 1.0), (9, -1.0), (3, 2.0), (5, -2.0)]:
         x = torch.randn(n, 8).abs() * s
         assert torch.allclose(g(x), branch(x), atol=1e-6)
@@ -109,7 +109,7 @@ def test_moe_routing_runs_as_compiled_segments_over_token_counts() -> None:
     every expert's token count; an expert left without tokens takes the other path."""
     torch.manual_seed(0)
     w, experts = torch.randn(16, 4), torch.randn(4, 16, 16)
-    g = guardsolve.guarded(moe, value_guards=True, backend="inductor")
+    g = guardsolve.guarded(moe, backend="inductor")
     for n in (8, 12, 32, 7, 64, 16, 1, 9):
         x = torch.randn(n, 16)
         assert torch.allclose(g(x, w, experts), moe(x, w, experts), atol=1e-5)

@@ -57,7 +57,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from guardsolve.errors import EagerError, GuardFailure, GuardsolveError
+from guardsolve.errors import DataDependentError, EagerError, GuardFailure, GuardsolveError
 from guardsolve.jit.counter import Counter as _Counter
 from guardsolve.jit.progress import describe, step
 from guardsolve.ir.ops import Op
@@ -282,7 +282,7 @@ class GuardedFunction:
     """A function whose traces are reused exactly when their guards accept the inputs."""
 
     def __init__(self, fn: Callable[..., Any], max_entries: int = 8, evict: bool = False,
-                 value_guards: bool = False, timeout_ms: int = 5000, miss_history: int = 32,
+                 value_guards: bool | None = None, timeout_ms: int = 5000, miss_history: int = 32,
                  explore: bool | int = True, backend: str = "replay", cache_dir: str | None = None,
                  max_compiles: int = 16, autograd: str = "compiled"):
         functools.update_wrapper(self, fn)
@@ -581,7 +581,15 @@ class GuardedFunction:
             snapshot = _Snapshot.take(self.fn, values)
             training = self._trains() and self._grad(names, values) is not None
             try:
-                entry = self._trace(names, values)
+                try:
+                    entry = self._trace(names, values, self.value_guards is True)
+                except DataDependentError:
+                    if self.value_guards is not None:
+                        raise
+                    # NOTE: a decision on data: traced again recording it as a value bailout,
+                    # what the first attempt ran undone
+                    snapshot.restore(rng=not background)
+                    entry = self._trace(names, values, True)
             except _StateWritten as w:
                 # NOTE: the call changed state it read (a counter, a cache it fills): a replay
                 # would not make the change, and the next call reads another state. This call's
@@ -820,13 +828,13 @@ class GuardedFunction:
         return next((f"input {n!r}" for n, v in zip(names, values)
                      if isinstance(v, torch.Tensor) and v.requires_grad), None) or reachable_grad(self.fn)
 
-    def _trace(self, names: tuple[str, ...], values: tuple[Any, ...]) -> Entry:
+    def _trace(self, names: tuple[str, ...], values: tuple[Any, ...], value_guards: bool) -> Entry:
         traced = tuple(i for i, v in enumerate(values)
                        if isinstance(v, torch.Tensor) or (isinstance(v, int) and not isinstance(v, bool)))
         plain = len(traced) == len(values) and names == self._leading[min(len(names), len(self._leading) - 1)]
         fn = self.fn if plain else self._partial(names, values, traced)
         with step(f"{self._name()}: tracing at {describe(names, values)}"), recording(self.fn) as rec:
-            t = trace(fn, *[values[i] for i in traced], value_guards=self.value_guards)
+            t = trace(fn, *[values[i] for i in traced], value_guards=value_guards)
             wrote = StateCheck.of(rec).failure()  # NOTE: what the call itself changed
             if wrote is not None:
                 # NOTE: before exploring other sizes, which would run the program (and its
@@ -1230,7 +1238,7 @@ def _first_line(e: BaseException) -> str:
 
 
 def guarded(fn: Callable[..., Any] | None = None, *, max_entries: int = 8, evict: bool = False,
-            value_guards: bool = False, timeout_ms: int = 5000, miss_history: int = 32,
+            value_guards: bool | None = None, timeout_ms: int = 5000, miss_history: int = 32,
             explore: bool | int = True, backend: str = "replay", cache_dir: str | None = None,
             max_compiles: int = 16, autograd: str = "compiled") -> Any:
     """Decorator: cache traces of `fn` and reuse one whenever its guards accept the inputs.
@@ -1258,6 +1266,13 @@ def guarded(fn: Callable[..., Any] | None = None, *, max_entries: int = 8, evict
     forward and a backward compiled from one joint graph; `autograd="eager"` runs them eagerly
     (a second-order gradient, `create_graph=True` then a backward of the gradient, needs it:
     a compiled backward is not differentiable). The replay backend runs them eagerly.
+
+    A program that decides on tensor data (`if x.mean().item() > 0:`, `if tok.numel() == 0:`
+    after a `nonzero`): with `value_guards=None` (the default) a call whose trace raises
+    `DataDependentError` is traced again with value guards (`trace(..., value_guards=True)`),
+    the program's writes undone in between; `True` always records them, `False` never (such
+    calls run eagerly, remembered by signature). With Inductor such a trace is served as
+    compiled segments cut where it reads data (`jit/segments.py`).
     """
     def wrap(f: Callable[..., Any]) -> GuardedFunction:
         return GuardedFunction(f, max_entries, evict, value_guards, timeout_ms, miss_history, explore, backend,

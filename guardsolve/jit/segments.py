@@ -193,7 +193,7 @@ class Plan:
                     if n.op is Op.VAR_TO_BOOL:
                         body.append(f"{n.outputs[0]} = {n.inputs[0]}")  # NOTE: `bool()` of it is checked
                         continue
-                    direct = _direct_call(n, ns)
+                    direct = _direct_call(n, ns) or _fast_call(n, ns)
                     if direct is None:
                         out = n.outputs[0]
                         ns[f"k_{out}"] = compile_call(**n.params, outputs=len(n.outputs))
@@ -230,7 +230,11 @@ class Plan:
         key = self._keys.get(at)
         if key is None:
             nodes = self.trace.graph.nodes
-            parts = [(n.op.value, n.inputs, n.outputs, repr(sorted(n.params.items()))) for n in nodes[:at]]
+            # NOTE: an input's example sizes (`shape=`, `val=`) are no part of what was computed
+            parts = [(n.op.value, n.inputs, n.outputs,
+                      repr(sorted((k, v) for k, v in n.params.items()
+                                  if not (n.op in (Op.VAR_PLACEHOLDER, Op.INT_ARG) and k in ("shape", "val")))))
+                     for n in nodes[:at]]
             parts.append((nodes[at].op.value, nodes[at].inputs))
             key = self._keys[at] = hash((tuple(parts), tuple(self.trace.constants)))
         return key
@@ -258,12 +262,36 @@ class Diverged(GuardFailure):
     (`Plan.prefix_key`): a trace of that other path with the same prefix resumes from `env`."""
 
     def __init__(self, node: Node, at: int, key: int, env: dict[str, Any]) -> None:
-        super().__init__(node.params["expect"], node, node.meta.get("loc"))
+        # NOTE: raised on the serving path (a call whose data takes another path): the message
+        # is built only when read
+        Exception.__init__(self)
+        self.expected, self.node, self.loc, self.values = node.params["expect"], node, node.meta.get("loc"), {}
         self.at, self.key, self.env = at, key, env
+
+    def __str__(self) -> str:
+        return self._message()
 
 
 def _diverged(node: Node, at: int, plan: "Plan", env: dict[str, Any]) -> None:
     raise Diverged(node, at, plan.prefix_key(at), env)
+
+
+def _fast_call(n: Node, ns: dict[str, Any]) -> str | None:
+    """A cut op the replay's generic call would run through pytree: `.item()` as a method call,
+    an op returning a list of tensors (`unbind` of a `nonzero`) unpacked directly."""
+    from guardsolve.ir.aten import resolve
+
+    fn = str(n.params["fn"])
+    args, kwargs = n.params["args"], n.params["kwargs"]
+    if fn in _READS and len(args) == 1 and isinstance(args[0], ArgRef) and not kwargs:
+        return f"{n.outputs[0]} = {args[0].name}.item()"
+    returns = resolve(fn)._schema.returns
+    if len(returns) == 1 and str(returns[0].type) == "List[Tensor]" and not kwargs and all(
+            isinstance(a, ArgRef) or type(a) in (int, bool) for a in args):
+        ns[f"k_{n.outputs[0]}"] = resolve(fn)._op
+        parts = ", ".join(a.name if isinstance(a, ArgRef) else repr(a) for a in args)
+        return f"{''.join(o + ', ' for o in n.outputs)}= k_{n.outputs[0]}({parts})"
+    return None
 
 
 def _needed(sub: Graph, defined: set[str]) -> set[str]:
