@@ -47,7 +47,9 @@ def test_a_trace_is_cut_where_it_reads_data() -> None:
     # the glue, run with the segments' eager ops, is eager's program
     ns: dict = {}
     for k in range(len(plan.runs)):
-        exec(plan.segment_source(k, ns), ns)
+        seg_ns: dict = {}
+        exec(plan.segment_source(k, seg_ns), seg_ns)
+        ns[f"seg{k}"] = seg_ns["segment"]
     exec(plan.glue_source(ns), ns)
     for n in (16, 5, 1):
         x = torch.randn(n, 8)

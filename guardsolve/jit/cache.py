@@ -346,6 +346,9 @@ class GuardedFunction:
         # NOTE: signatures (`_signature`) whose trace failed, with why: their calls run eagerly
         # without tracing again (a trace that compiles not is remembered by its entry's guards)
         self._failed: dict[Any, str] = {}
+        # NOTE: the compiled segments of traces that read data, by canonical source and constants:
+        # two paths' traces share the segments they have in common (`jit/segments.build`)
+        self._segments: dict[Any, Any] = {}
         self._warned_limit = False
 
     @property
@@ -454,6 +457,10 @@ class GuardedFunction:
                     break
                 if out is NotImplemented:
                     continue
+                with self._lock_eager:
+                    # NOTE: the path this data took is tried first next time (a stream of like
+                    # calls then runs one path, no divergence)
+                    self._entries = (other, *[x for x in self._entries if x is not other])
                 v._hits.inc()
                 other._hits.inc()
                 self._hits.inc()
@@ -727,7 +734,7 @@ class GuardedFunction:
         try:
             with step(f"{self._name()}: compiling {which} with Inductor at {describe(entry.names, values)}"):
                 v = compile_variant(entry.trace, entry.guards, traced, entry.static, entry.names, self.timeout_ms,
-                                    save=self.cache_dir is not None, train=entry.train)
+                                    save=self.cache_dir is not None, train=entry.train, segments=self._segments)
         except (CompileFailure, SolverError) as e:
             entry.uncompiled = str(e)
             return None

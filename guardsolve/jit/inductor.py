@@ -390,7 +390,8 @@ def aborts_on_bad_index(artifact: Any) -> bool:
 
 
 def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static: Sequence[StaticGuard],
-                    params: Sequence[str], timeout_ms: int = 5000, save: bool = False, train: bool = False) -> Variant:
+                    params: Sequence[str], timeout_ms: int = 5000, save: bool = False, train: bool = False,
+                    segments: dict[Any, Any] | None = None) -> Variant:
     """Compile `t` with Inductor at the example `values` (the trace's inputs) and build the
     variant's check: `trace_gs` and the backend's guards, minimal and proven (`verify()`).
     `static` and `params` are the entry's (see `GuardedFunction`). With `save`, the artifact's
@@ -409,11 +410,14 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
     the live tensors (parameters, not detached copies), so gradients reach them. Such a
     variant is compared with eager in outputs, gradients and mutated buffers; it re-traces
     with the sizes deciding only (size-oblivious reasoning baked a saved activation's stride
-    into one backward)."""
+    into one backward).
+
+    A trace that reads tensor data is compiled as segments (`jit/segments.py`); `segments`
+    holds the segments built for other traces of the same function, shared by their source."""
     from guardsolve.jit.segments import has_data
 
     if has_data(t.graph):
-        return _segmented(t, trace_gs, values, timeout_ms, train)
+        return _segmented(t, trace_gs, values, timeout_ms, train, segments)
     start = time.perf_counter()
     program, inputs, const_names, outs = flat_program(t)
     consts = [t.constants[c] if train else t.constants[c].detach() for c in const_names]
@@ -450,7 +454,8 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
     raise CompileFailure("; ".join(dict.fromkeys(failures)) if len(failures) > 1 else failures[-1])
 
 
-def _segmented(t: Trace, trace_gs: GuardSet, values: Sequence[Any], timeout_ms: int, train: bool) -> Variant:
+def _segmented(t: Trace, trace_gs: GuardSet, values: Sequence[Any], timeout_ms: int, train: bool,
+               shared: dict[Any, Any] | None = None) -> Variant:
     """A trace that reads tensor data, served as segments cut where it does (`jit/segments.py`):
     each segment re-traced on its own and compiled, its check over its own inputs (sizes a
     `nonzero` counted among them); the trace's size guards are the variant's check, its value
@@ -479,10 +484,10 @@ def _segmented(t: Trace, trace_gs: GuardSet, values: Sequence[Any], timeout_ms: 
     from guardsolve.errors import GuardFailure
 
     try:
-        seg = build(plan, values, compile_one)
+        seg = build(plan, values, compile_one, shared)
     except GuardFailure as e:
         raise CompileFailure(f"the inputs do not take the trace's path on their data: {e}") from e
-    if seg.compiles == 0:
+    if not any(s.variants for s in seg.segments):
         reasons = "; ".join(f"segment {s.index}: {s.why_eager}" for s in seg.segments)
         raise CompileFailure(f"the trace reads tensor data and none of its segments compiles ({reasons})")
     return Variant(trace_gs, seg.run, seg.backend, seg.compile_s, None, segments=seg, compiles=seg.compiles)

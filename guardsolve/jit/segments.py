@@ -22,13 +22,17 @@ value took another path, a trace of its own).
 ([1, 1], ['aten', 'bool_bailout'])
 >>> print(plan.glue_source())
 def glue(x):
-    v0, = seg0(x)
-    v1 = k_v1(v0)
+    v0,  = seg0(x)
+    v1 = v0.item()
     i0 = 0.0
     i1 = v1 > i0
-    if bool(i1) != True: fail_3()
-    v2, = seg1(x)
+    if bool(i1) != True: fail_5(locals())
+    v2,  = seg1(x)
     return v2
+>>> print(plan.segment_source(1, {}))
+def segment(a0):
+    t1 = k_t1(a0, 2)
+    return (t1, )
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ _READS = frozenset({"aten._local_scalar_dense.default", "aten.item.default"})
 _INPUTS = frozenset({Op.VAR_PLACEHOLDER, Op.INT_ARG, Op.VAR_PARAM, Op.INT_PLACEHOLDER})
 # NOTE: a segment this small runs as its eager op calls: a compiled call costs more than a view
 _MIN_OPS = 2
-_MAX_VARIANTS = 2  # compiled variants per segment; calls none serves run the segment's eager ops
+_NONE = object()  # no compiled variant served the call
+_TRIALS = 3  # calls timed each way (compiled, eager) before a segment keeps the faster
 
 
 def cut_at(n: Node) -> bool:
@@ -246,14 +251,24 @@ class Plan:
         return list(dict.fromkeys(x for i in self.runs[k] for x in nodes[i].inputs if x in consts))
 
     def segment_source(self, k: int, ns: dict[str, Any]) -> str:
-        """Segment `k` as an eager Python function of its inputs and constants."""
+        """Segment `k` as an eager Python function `segment` of its inputs and constants, its
+        names canonical (inputs `a0, a1, ...`, constants `c0, ...`, values `t...`): the same
+        ops on the same constants give the same text in every trace (a segment shared by two
+        paths is compiled once)."""
         from guardsolve.trace.tracer import Ref
 
-        nodes = self.trace.graph.nodes
-        body, sub_ns = _lines(Graph([nodes[i] for i in self.runs[k]]), tuple(Ref(o) for o in self.outs[k]))
+        nodes = [self.trace.graph.nodes[i] for i in self.runs[k]]
+        names = {x: f"a{j}" for j, x in enumerate(self.ins[k])}
+        names.update({c: f"c{j}" for j, c in enumerate(self._consts(k))})
+        for n in nodes:
+            for o in n.outputs:
+                names.setdefault(o, f"t{len(names)}")
+        renamed = [_renamed(n, names) for n in nodes]
+        body, sub_ns = _lines(Graph(renamed), tuple(Ref(names[o]) for o in self.outs[k]))
         ns.update(sub_ns)
-        params = self.ins[k] + self._consts(k)
-        return "\n".join([f"def seg{k}({', '.join(params)}):"] + [f"    {b}" for b in body])
+        ns["__key__"] = "\n".join([*map(str, renamed), ", ".join(names[o] for o in self.outs[k])])
+        params = [names[x] for x in self.ins[k] + self._consts(k)]
+        return "\n".join([f"def segment({', '.join(params)}):"] + [f"    {b}" for b in body])
 
 
 class Diverged(GuardFailure):
@@ -294,6 +309,20 @@ def _fast_call(n: Node, ns: dict[str, Any]) -> str | None:
     return None
 
 
+def _renamed(n: Node, names: dict[str, str]) -> Node:
+    from guardsolve.ir.aten import substitute
+    from guardsolve.ir.ops import Args, Kwargs
+
+    params = dict(n.params)
+    if n.op is Op.ATEN:
+        def ref(x: str) -> ArgRef:
+            return ArgRef(names.get(x, x))
+        params["args"] = Args(substitute(tuple(n.params["args"]), ref))
+        params["kwargs"] = Kwargs(substitute(dict(n.params["kwargs"]), ref))
+    return Node(n.op, tuple(names.get(x, x) for x in n.inputs), tuple(names.get(o, o) for o in n.outputs),
+                params, n.meta)
+
+
 def _needed(sub: Graph, defined: set[str]) -> set[str]:
     """Names the tensor ops of a segment read (its int nodes only where a tensor op uses them)."""
     need: set[str] = set()
@@ -325,10 +354,28 @@ class Segment:
     why_eager: str | None = None  # why no (further) variant is compiled
     calls: Counter = field(default_factory=Counter)
     eager_calls: Counter = field(default_factory=Counter)
+    # NOTE: per size class (the bit length of its inputs' element count), the first calls
+    # alternate the compiled variant and the eager ops, timed: the faster serves that class from
+    # then on (both compute the trace's values; at a few rows, eager ops beat a compiled call)
+    timed: dict[int, tuple[list[float], list[float]]] = field(default_factory=dict, repr=False)
+    eager_at: dict[int, bool] = field(default_factory=dict, repr=False)
 
     def __call__(self, *args: Any) -> Any:
         self.calls.inc()
         ins = args[:len(self.inputs)]
+        if self.variants:
+            size = sum(a.numel() for a in ins if isinstance(a, torch.Tensor)).bit_length()
+            eager = self.eager_at.get(size)
+            if eager is None:
+                return self._timed(args, size)
+            if not eager:
+                out = self._compiled(ins)
+                if out is not _NONE:
+                    return out
+        self.eager_calls.inc()
+        return self.eager(*args)
+
+    def _compiled(self, ins: tuple[Any, ...]) -> Any:
         for v in self.variants:
             if v.check(*ins):
                 try:
@@ -338,17 +385,41 @@ class Segment:
                     # runs) refused sizes the variant's check accepted: never trusted again
                     self.variants = [w for w in self.variants if w is not v]
                     self.why_eager = f"a compiled variant's own input check failed ({str(e)[:120]})"
-                    break
+                    return _NONE
                 v._hits.inc()
                 return out
-        self.eager_calls.inc()
-        return self.eager(*args)
+        return _NONE
 
-    def describe(self) -> str:
+    def _timed(self, args: tuple[Any, ...], size: int) -> Any:
+        compiled, eager = self.timed.setdefault(size, ([], []))
+        start = time.perf_counter()
+        out = _NONE
+        if len(compiled) <= len(eager):
+            out = self._compiled(args[:len(self.inputs)])
+            if out is not _NONE:
+                compiled.append(time.perf_counter() - start)
+        if out is _NONE:
+            self.eager_calls.inc()
+            start = time.perf_counter()
+            out = self.eager(*args)
+            eager.append(time.perf_counter() - start)
+        if len(eager) >= _TRIALS and len(compiled) >= _TRIALS:
+            self.eager_at[size] = min(eager) <= min(compiled)
+        return out
+
+    def describe(self, index: int | None = None, inputs: Sequence[str] | None = None,
+                 outputs: Sequence[str] | None = None) -> str:
         served = (f"{len(self.variants)} compiled variant{'s' if len(self.variants) != 1 else ''}" if self.variants
                   else f"eager ({self.why_eager})")
-        return (f"segment {self.index}: {self.ops} op{'s' if self.ops != 1 else ''} over "
-                f"({', '.join(self.inputs)}) -> ({', '.join(self.outputs)}): {served}")
+        slower = sorted(k for k, e in self.eager_at.items() if e)
+        if self.variants and slower:
+            served += (f"; eager where its ops were faster, timed (inputs of up to "
+                       f"{', '.join(str(2 ** k - 1) for k in slower)} elements)")
+        index = self.index if index is None else index
+        inputs = self.inputs if inputs is None else inputs
+        outputs = self.outputs if outputs is None else outputs
+        return (f"segment {index}: {self.ops} op{'s' if self.ops != 1 else ''} over "
+                f"({', '.join(inputs)}) -> ({', '.join(outputs)}): {served}")
 
 
 @dataclass(eq=False)
@@ -394,10 +465,9 @@ class Segmented:
     def explain(self) -> str:
         nodes = self.plan.trace.graph.nodes
         out = [f"served as {len(self.segments)} segments, cut where the program reads tensor data:"]
-        seg = iter(self.segments)
         for kind, idx in self.plan.steps:
             if kind == "seg":
-                out.append("    " + next(seg).describe())
+                out.append("    " + self.segments[idx].describe(idx, self.plan.ins[idx], self.plan.outs[idx]))
                 continue
             n = nodes[idx]
             loc = n.meta.get("loc")
@@ -438,10 +508,12 @@ def _expr(where: dict[str, Node], name: str, depth: int) -> str:
     return name
 
 
-def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequence[Any]], Any]) -> Segmented:
+def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequence[Any]], Any],
+          shared: dict[Any, "Segment"] | None = None) -> Segmented:
     """The segments of `plan`'s trace, each compiled by `compile_one(sub_trace, example_inputs)`
     (a Variant, or a string saying why not) at the inputs it receives when the glue runs on
-    copies of the example `values` (the trace's inputs)."""
+    copies of the example `values` (the trace's inputs). `shared` holds the segments already
+    built (for other traces of the same function), by their canonical source and constants."""
     from guardsolve.trace.tracer import trace
 
     start = time.perf_counter()
@@ -451,12 +523,12 @@ def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequenc
     # random state restored: compiling changes nothing the program reads)
     seen: dict[int, tuple[Any, ...]] = {}
     copies = {c: v.detach().clone() for c, v in consts.items()}
-    ns: dict[str, Any] = dict(copies)
     eager: list[Callable[..., Any]] = []
     for k in range(len(plan.runs)):
+        ns: dict[str, Any] = {}
         src = plan.segment_source(k, ns)
         exec(compile(src, f"<guardsolve segment {k}>", "exec"), ns)
-        eager.append(ns[f"seg{k}"])
+        eager.append(ns["segment"])
 
     def recording(k: int) -> Callable[..., Any]:
         def seg(*a: Any) -> Any:
@@ -481,12 +553,22 @@ def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequenc
     compiles = 0
     backend: list[Any] = []
     for k, run in enumerate(plan.runs):
-        src = plan.segment_source(k, live_ns)
-        exec(compile(src, f"<guardsolve segment {k}>", "exec"), live_ns)
-        core = live_ns[f"seg{k}"]
+        seg_ns: dict[str, Any] = {}
+        src = plan.segment_source(k, seg_ns)
         used = tuple(live_ns[c] for c in plan._consts(k))
+        # NOTE: the ops (canonical names) and where each constant's values live: a view made
+        # again by another trace (`w[e]`) is the same constant
+        key = (seg_ns["__key__"], tuple((c.untyped_storage().data_ptr(), c.storage_offset(), tuple(c.shape),
+                                         c.stride(), c.dtype) for c in used))
+        if shared is not None and key in shared:
+            segments.append(shared[key])  # NOTE: the same ops on the same constants: compiled once
+            continue
+        exec(compile(src, f"<guardsolve segment {k}>", "exec"), seg_ns)
+        core = seg_ns["segment"]
         ops = sum(1 for i in run if t.graph.nodes[i].op is Op.ATEN)
         seg = Segment(k, tuple(plan.ins[k]), tuple(plan.outs[k]), ops, core, used)
+        if shared is not None:
+            shared[key] = seg
         example = seen.get(k)
         if example is None:
             seg.why_eager = "the example never reached it"
@@ -503,15 +585,8 @@ def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequenc
                 seg.why_eager = made
             else:
                 compiles += 1
-                fast, slow = _time(made.run, example, ()), _time(core, example, used)
-                if fast < slow:
-                    seg.variants.append(made)
-                    backend.extend(made.backend)
-                else:
-                    # NOTE: a few small ops: the compiled call's own cost (its wrappers, an input
-                    # it writes) is more than the eager calls it replaces
-                    seg.why_eager = (f"its eager ops took {slow * 1e6:.0f} µs at the example, the compiled "
-                                     f"segment {fast * 1e6:.0f} µs")
+                seg.variants.append(made)
+                backend.extend(made.backend)
         segments.append(seg)
     run_ns: dict[str, Any] = {c: v.detach() for c, v in consts.items()}
     run_ns.update({f"seg{k}": s for k, s in enumerate(segments)})
@@ -520,18 +595,6 @@ def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequenc
     glue = run_ns["glue"]
     glue.__source__ = src
     return Segmented(plan, tuple(segments), glue, time.perf_counter() - start, compiles, tuple(backend), _ns=run_ns)
-
-
-def _time(fn: Callable[..., Any], example: tuple[Any, ...], used: tuple[Any, ...], reps: int = 5) -> float:
-    """The best of `reps` calls of `fn` over copies of the example (a segment may write its inputs)."""
-    args = [x.clone() if isinstance(x, torch.Tensor) else x for x in example]
-    best = float("inf")
-    with torch.no_grad():
-        for _ in range(reps):
-            start = time.perf_counter()
-            fn(*args, *used)
-            best = min(best, time.perf_counter() - start)
-    return best
 
 
 def _compile_segment(seg: Segment, core: Callable[..., Any], used: tuple[torch.Tensor, ...], example: tuple[Any, ...],
