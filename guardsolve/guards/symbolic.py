@@ -483,7 +483,11 @@ class SymGuard(SymNode):
         elif not isinstance(expect, bool):  # NOTE: the value itself pinned (`int(v)`, `float(v)`)
             name = rec.trace.emit(Op.INT_EQ, (name, rec.t_name(self._wrap(expect))), meta={"loc": rec.location()})
             expect = True
-        rec.trace.emit(Op.BOOL_BAILOUT, (name,), meta={"loc": rec.location()}, expect=expect)
+        loc = rec.location()
+        rec.trace.emit(Op.BOOL_BAILOUT, (name,), meta={"loc": loc}, expect=expect)
+        # NOTE: in the guard graph an opaque bool, as `bool(tensor)`'s: a value bailout there too,
+        # so reports list it among the decisions shapes cannot check
+        rec.g_bailout(rec.guards.emit(Op.BOOL_OPAQUE, (), meta={"loc": loc}, name=name), expect, loc)
 
     def _record(self, op: Op, args: tuple["SymGuard", ...], value: Any) -> "SymGuard":
         rec = self.rec
