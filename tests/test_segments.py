@@ -4,6 +4,8 @@ checked between segments, compared with eager on every call."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -134,3 +136,23 @@ def test_topk_of_a_value_read_from_data() -> None:
         assert torch.allclose(g(x, n), f(x, n), atol=1e-6)
     info = g.cache_info()
     assert info.traces == 2 and info.eager_calls == 0 and info.hits == 3, info
+
+
+def test_the_report_lists_the_segments_and_the_decisions_on_data(tmp_path, capsys) -> None:
+    """`guardsolve report --value-guards` of a program that decides on data: the decision among
+    those shapes cannot check, and how a compiled entry runs it, step by step."""
+    from guardsolve.cli import main
+
+    src = tmp_path / "route.py"
+    src.write_text("import torch\n\ndef route(x):\n    if x.mean().item() > 0:\n"
+                   "        return (x.relu() * 2).sum(-1)\n    return (x.sigmoid() - 1).sum(-1)\n")
+    assert main(["report", f"{src}:route", "--shape", "x=4,8", "--values", "x=ones", "--value-guards"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"not checkable from shapes alone: a decision on tensor data  at \S*route.py:4  if x", out), out
+    at = r"  at \S*route.py:4  if x\.mean\(\)\.item\(\) > 0:\n"
+    assert re.search(r"compiled \(guarded\(\.\.\., backend=\"inductor\"\)\), it runs as segments cut where it reads data:\n"
+                     r"    segment 0: 1 op \(aten\.mean\.default\), run as its eager call\n"
+                     r"    then eagerly: aten\.item\.default" + at +
+                     r"    then, on the data: v0\.item\(\) > 0\.0" + at +
+                     r"    segment 1: 3 ops \(aten\.relu\.default, aten\.mul\.Tensor, aten\.sum\.dim_IntList\), compiled at "
+                     r"symbolic sizes\n", out), out

@@ -177,6 +177,12 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
     for i in gs.value_guards:
         lines.append(f"not checkable from shapes alone: {gs._data_decision(i)}  at {gs._origin(i)}")
         lines += gs._data_lines(i)
+    from guardsolve.jit.segments import outline  # NOTE: the CLI's import stays light
+
+    served = outline(info.trace) if gs.value_guards else []
+    if served:
+        lines += ["", "compiled (guarded(..., backend=\"inductor\")), it runs as segments cut where it reads data:"]
+        lines += [f"    {s}" for s in served]
     for u in gs.undecided:
         lines.append(f"note: {u}")
     if gs.static:

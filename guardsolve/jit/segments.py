@@ -93,8 +93,16 @@ class Plan:
 
     @staticmethod
     def of(t: Any) -> "Plan":
-        nodes = t.graph.nodes
-        values = value_bailouts(t.graph)
+        runs, steps, cuts = Plan.cut(t.graph)
+        plan = Plan(t, runs, steps, cuts)
+        plan._wire()
+        return plan
+
+    @staticmethod
+    def cut(graph: Graph) -> tuple[list[list[int]], list[tuple[str, int]], list[int]]:
+        """The runs, steps and cuts of a tensor trace (see the class)."""
+        nodes = graph.nodes
+        values = value_bailouts(graph)
         runs: list[list[int]] = []
         steps: list[tuple[str, int]] = []
         cuts: list[int] = []
@@ -120,9 +128,7 @@ class Plan:
                 runs.append(cur)
                 steps.append(("seg", len(runs) - 1))
             cur.append(i)
-        plan = Plan(t, runs, steps, cuts)
-        plan._wire()
-        return plan
+        return runs, steps, cuts
 
     def _wire(self) -> None:
         """Each segment's inputs and outputs, and the glue's lines."""
@@ -479,6 +485,41 @@ class Segmented:
         return "\n".join(out)
 
 
+def outline(graph: Graph) -> list[str]:
+    """How a compiled entry (`backend="inductor"`) runs this trace, one line per step: the
+    segments (ops and user lines), the ops run eagerly at the cuts, the decisions on data.
+    Empty for a trace that reads no data.
+
+    >>> import torch, guardsolve
+    >>> t = guardsolve.trace(lambda x: x * 2 if x.sum().item() > 0 else -x, torch.ones(3), value_guards=True)
+    >>> for line in outline(t.graph): print(line)  # doctest: +ELLIPSIS
+    segment 0: 1 op (aten.sum.default), run as its eager call
+    then eagerly: aten.item.default  at ...
+    then, on the data: v0.item() > 0.0  at ...
+    segment 1: 1 op (aten.mul.Tensor), run as its eager call
+    """
+    if not has_data(graph):
+        return []
+    runs, steps, _ = Plan.cut(graph)
+    nodes = graph.nodes
+    out: list[str] = []
+    for kind, idx in steps:
+        if kind == "seg":
+            ops = [str(nodes[i].params["fn"]) for i in runs[idx] if nodes[i].op is Op.ATEN]
+            shown = ", ".join(dict.fromkeys(ops[:4])) + (", ..." if len(set(ops)) > 4 else "")
+            how = "compiled at symbolic sizes" if len(ops) >= _MIN_OPS else "run as its eager call"
+            out.append(f"segment {idx}: {len(ops)} op{'s' if len(ops) != 1 else ''} ({shown}), {how}")
+            continue
+        n = nodes[idx]
+        loc = n.meta.get("loc")
+        at = f"  at {loc}" if loc is not None else ""
+        if n.op is Op.BOOL_BAILOUT:
+            out.append(f"then, on the data: {_decision(graph, idx)}{at}")
+        elif n.op is not Op.VAR_TO_BOOL:
+            out.append(f"then eagerly: {n.params['fn']}{at}")
+    return out
+
+
 def _decision(graph: Graph, i: int) -> str:
     """A value bailout as an expression over the trace's tensors (`v0.item() > 0.0`)."""
     where = {o: n for n in graph.nodes for o in n.outputs}
@@ -651,4 +692,4 @@ def state_writes(plan: Plan) -> str | None:
     return None
 
 
-__all__ = ["Diverged", "Plan", "Segment", "Segmented", "build", "cut_at", "has_data", "state_writes"]
+__all__ = ["Diverged", "Plan", "outline", "Segment", "Segmented", "build", "cut_at", "has_data", "state_writes"]
