@@ -59,10 +59,17 @@ def test_an_upsample_to_a_fixed_size_leaves_the_input_width_free(mode: str) -> N
     assert gs.check(torch.ones(2, 3, 9)) and gs.check(torch.ones(2, 3, 50))
 
 
-def test_an_upsample_by_a_fractional_scale_still_pins_what_its_size_reads() -> None:
-    # NOTE: the output size is floor(x * 2.5), a float the trace records as its value
+def test_an_upsample_by_a_fractional_scale_leaves_the_size_free() -> None:
+    """The output size is `int(float(x) * 2.5)`: an exact fraction of an int, recorded as
+    `(x * 5) // 2`, no pin; its only bound keeps PyTorch's double product exact."""
     fn = lambda x: F.interpolate(x, scale_factor=2.5)  # noqa: E731
-    _agrees(fn, [((1, 3, 5),), ((1, 3, 6),), ((1, 3, 13),), ((2, 3, 5),)])
+    gs = _agrees(fn, [((1, 3, 5),), ((1, 3, 6),), ((1, 3, 13),), ((2, 3, 5),), ((1, 3, 1),)])
+    assert not _pins(gs, "x2"), gs
+    assert gs.check(torch.ones(1, 3, 7)) and gs.check(torch.ones(4, 3, 101))
+    assert [c.text for c in gs if "x2" in c.text] == ["x2 <= 1801439850948198", "x2 >= 1"], gs
+    shrink = lambda x: F.interpolate(x, scale_factor=0.75, mode="linear")  # noqa: E731
+    gs = _agrees(shrink, [((1, 2, 8),), ((1, 2, 9),), ((2, 2, 31),), ((1, 2, 2),)])
+    assert not _pins(gs, "x2"), gs
 
 
 def test_kron_takes_a_symbolic_rule() -> None:

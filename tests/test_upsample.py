@@ -93,6 +93,16 @@ def test_upsample_scale_factor_two_one_compile_over_six_sizes() -> None:
     assert not any("==" in g.text for g in v.backend if g.kind == "size"), v.backend
 
 
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_upsample_by_a_fractional_scale_one_compile(mode: str) -> None:
+    """`scale_factor=1.5`: was a pin of every dim, one compile per shape; the output size is
+    `(h * 3) // 2` at symbolic sizes, through the trace and Inductor's re-trace alike."""
+    up = lambda x: F.interpolate(x, scale_factor=1.5, mode=mode) * 2  # noqa: E731
+    fast = _served(up, [(2, 3, 8, 10), (1, 3, 7, 9), (2, 3, 16, 5), (1, 3, 9, 9), (0, 3, 4, 4)])
+    info = fast.cache_info()
+    assert (info.traces, info.compiles, info.eager_calls) == (1, 1, 0), info
+
+
 def test_unet_interpolate_size_from_shape_one_compile() -> None:
     """A U-Net skip: pooled features resized back to the input's own size and concatenated.
     Was: never compiled ("make_fx could not re-trace ... SymIntArrayRef expected to contain

@@ -333,6 +333,9 @@ class SymGuard(SymNode):
     fx_node = None
     hint: Any = None  # NOTE: shadows SymNode's property: a plain attribute, set per node
     data: str | None = None  # set when the value depends on an unbacked size (`Recorder.unbacked`)
+    # NOTE: a float inside a shape rule that is an int times an exact fraction (`sym_float(h) *
+    # 1.5`): (the int, numerator, denominator), so rounding it is int arithmetic (`_rounded`)
+    ratio: tuple[Any, int, int] | None = None
     why: tuple[Any, ...] | None = None  # (op, *args) of a data-dependent value; None for the size itself
 
     def __init__(self, rec: Recorder, hint: Any, pytype: type, g: str | None, *,
@@ -652,6 +655,7 @@ class SymGuard(SymNode):
             other._pin()
 
         node.lazy = pin
+        node.ratio = _scaled(fn, self, other)
         return node
 
     def _extremum(self, name: str, other: "SymGuard") -> "SymGuard":
@@ -700,26 +704,52 @@ class SymGuard(SymNode):
             return self._wrap(float(self.hint))
         node = SymGuard(self.rec, float(self.hint), float, None)
         node.lazy = lambda: self._pin() and None
+        if self.data is None and self.rec.depth:
+            node.ratio = (self, 1, 1)
         return node
 
     def sym_int(self) -> "SymGuard":
-        return self if self.pytype is int else self._wrap(int(self._pin()))
+        return self if self.pytype is int else self._rounded("trunc") or self._wrap(int(self._pin()))
 
     def _unary_float(self, fn: Callable[[Any], Any]) -> "SymGuard":
         return self if self.pytype is int else self._wrap(fn(self._pin()))
 
+    def _rounded(self, how: str) -> "SymGuard | None":
+        """`floor`/`ceil`/`trunc` of an int times an exact small fraction (`int(h * 1.5)`, an
+        upsample's output size, is `(h * 3) // 2`) as int arithmetic, no pin; None otherwise.
+        Recorded with two guards: the int is >= 0 (a size always is) and small enough that the
+        double product PyTorch computes is exact (`h * 3 < 2**53`).
+
+        >>> from guardsolve.ir.ops import Op
+        >>> rec = Recorder(None); h = rec.input_dim("h", 7, Op.INT_PLACEHOLDER, None, 0)
+        >>> rec.depth = 1; out = h.sym_float().mul(h._wrap(1.5)).trunc()
+        >>> out.hint, out.pytype.__name__, out.const
+        (10, 'int', False)
+        """
+        if self.ratio is None or self.lazy is None or self.rec.depth == 0:
+            return None
+        src, num, den = self.ratio
+        wrap = src._wrap
+        src.ge(wrap(0)).guard_bool("", 0)
+        src.le(wrap((2 ** 53 - 1) // num)).guard_bool("", 0)
+        self.lazy = None  # NOTE: decided without reading the float: nothing pinned
+        scaled = src.mul(wrap(num)) if num != 1 else src
+        if how == "ceil":
+            return wrap(0).sub(wrap(0).sub(scaled).floordiv(wrap(den)))
+        return scaled.floordiv(wrap(den)) if den != 1 else scaled
+
     def floor(self) -> "SymGuard":
         import math
 
-        return self._unary_float(math.floor)
+        return self._rounded("floor") or self._unary_float(math.floor)
 
     def ceil(self) -> "SymGuard":
         import math
 
-        return self._unary_float(math.ceil)
+        return self._rounded("ceil") or self._unary_float(math.ceil)
 
     def trunc(self) -> "SymGuard":
-        return self._unary_float(int)
+        return self._rounded("trunc") or self._unary_float(int)
 
     def round(self, ndigits: int | None = None) -> "SymGuard":
         return self._unary_float(lambda v: round(v, ndigits))
@@ -866,6 +896,38 @@ class _Unbacked:
 
 _UNBACKED = _Unbacked()  # NOTE: stateless
 _INF = float("inf")
+
+
+_MAX_NUM = 1 << 20  # NOTE: a fraction's numerator and denominator at most this: the product stays exact
+
+
+def _scaled(fn: Callable[[Any, Any], Any], a: SymGuard, b: SymGuard) -> tuple[Any, int, int] | None:
+    """`a op b` as (int, numerator, denominator) where one side is an int times a fraction
+    (`SymGuard.ratio`) and the other a constant exact fraction, op a product or a quotient."""
+    import operator as op
+
+    if a.ratio is None or not b.const or isinstance(b.hint, bool) or not isinstance(b.hint, (int, float)):
+        if b.ratio is not None and a.const and fn is op.mul:
+            return _scaled(fn, b, a)
+        return None
+    src, num, den = a.ratio
+    try:
+        n, d = float(b.hint).as_integer_ratio()
+    except (OverflowError, ValueError):  # NOTE: inf, nan
+        return None
+    if n <= 0:
+        return None
+    if fn is op.mul:
+        num, den = num * n, den * d
+    elif fn is op.truediv:
+        num, den = num * d, den * n
+    else:
+        return None
+    from math import gcd
+
+    g = gcd(num, den)
+    num, den = num // g, den // g
+    return (src, num, den) if num <= _MAX_NUM and den <= _MAX_NUM else None
 
 
 def _stand_in(fn: Callable[[Any, Any], Any], a: SymGuard, b: SymGuard) -> Any:

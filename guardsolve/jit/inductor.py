@@ -1052,7 +1052,9 @@ def _scalars_as_tensors(gm: Any) -> None:
     if not changed:
         return
     for n in list(gm.graph.nodes):
-        if n.op == "call_function" and "tensor" not in n.meta:
+        # NOTE: an op's scalar takes the tensor; a size rounded from the float (`int(h * 1.5)`,
+        # `math.trunc`) keeps computing on the SymFloat
+        if n.op == "call_function" and "tensor" not in n.meta and isinstance(n.target, torch._ops.OpOverload):
             n.args = tuple(_tensor_of(a) for a in n.args)
             n.kwargs = {k: _tensor_of(v) for k, v in n.kwargs.items()}
     for n in reversed(list(gm.graph.nodes)):
