@@ -116,7 +116,7 @@ def test_unknown_op_on_a_built_node() -> None:
 
 def test_param_types_are_checked() -> None:
     g = Graph([Node(Op.INT_CONST, (), ("i0",), {"val": True})])
-    with pytest.raises(TypeMismatchError, match="val=True should be an int"):
+    with pytest.raises(TypeMismatchError, match="val=True should be a number"):
         g.validate()
 
 

@@ -341,13 +341,26 @@ def test_a_call_whose_trace_fails_midway_updates_buffers_once() -> None:
 
     for backend in ("replay", "inductor"):
         m, ref = Branchy(), Branchy()
-        fast = guardsolve.guarded(m, backend=backend)
+        fast = guardsolve.guarded(m, backend=backend, value_guards=False)
         x = torch.randn(6, 4)
         with torch.no_grad():
             assert torch.equal(fast(x), ref(x))
         assert fast.last_call.how == "eager"
         assert int(m.bn.num_batches_tracked) == 1
         assert torch.equal(m.bn.running_mean, ref.bn.running_mean)
+    # NOTE: by default the call is traced again with value guards: the statistics are written
+    # before the decision on data, so the trace is not served in segments (nor replayed): each
+    # call writes them once, as eager does
+    for backend in ("replay", "inductor"):
+        m, ref = Branchy(), Branchy()
+        fast = guardsolve.guarded(m, backend=backend)
+        for i in range(3):
+            x = torch.randn(6, 4) + (1.0 if i % 2 else -1.0)
+            with torch.no_grad():
+                assert torch.equal(fast(x), ref(x))
+            assert int(m.bn.num_batches_tracked) == i + 1
+            assert torch.equal(m.bn.running_mean, ref.bn.running_mean)
+        assert "writes bn_num_batches_tracked" in fast.last_call.why and "before a decision on data" in fast.last_call.why
 
 
 def test_an_input_computed_upstream_passes_its_gradient_back() -> None:

@@ -476,21 +476,30 @@ class SymGuard(SymNode):
         out.t = rec.trace.emit(op, tuple(rec.t_name(a) for a in args), meta={"loc": rec.location()})
         return out
 
-    def _data_bailout(self, expect: Any) -> None:
-        """A decision of user code on a value read from data: a value bailout of the trace."""
+    def _data_bailout(self, expect: Any) -> bool:
+        """A decision of user code on a value read from data: a value bailout of the trace.
+        Returns the answer the program takes: its own, or, in a trace at other sizes following
+        the example's (a probe of `solve.paths`), the example's (the data drawn at those sizes
+        must not decide their size guards; the flip is noted for the report)."""
         rec = self.rec
         assert rec.trace is not None
         name = rec.t_name(self)
-        if self.pytype is float and isinstance(expect, bool):  # NOTE: `bool(v)` of a float: `v != 0`
+        pinned = not isinstance(expect, bool)
+        if self.pytype is float and not pinned:  # NOTE: `bool(v)` of a float: `v != 0`
             name = rec.trace.emit(Op.INT_NE, (name, rec.t_name(self._wrap(0))), meta={"loc": rec.location()})
-        elif not isinstance(expect, bool):  # NOTE: the value itself pinned (`int(v)`, `float(v)`)
+        elif pinned:  # NOTE: the value itself pinned (`int(v)`, `float(v)`)
             name = rec.trace.emit(Op.INT_EQ, (name, rec.t_name(self._wrap(expect))), meta={"loc": rec.location()})
             expect = True
         loc = rec.location()
+        recorded = None if pinned else _recorded(rec.trace)
+        if recorded is not None and recorded != expect:
+            rec.trace.meta.setdefault("value_flips", []).append(loc)
+            expect = recorded
         rec.trace.emit(Op.BOOL_BAILOUT, (name,), meta={"loc": loc}, expect=expect)
         # NOTE: in the guard graph an opaque bool, as `bool(tensor)`'s: a value bailout there too,
         # so reports list it among the decisions shapes cannot check
         rec.g_bailout(rec.guards.emit(Op.BOOL_OPAQUE, (), meta={"loc": loc}, name=name), expect, loc)
+        return expect
 
     def _record(self, op: Op, args: tuple["SymGuard", ...], value: Any) -> "SymGuard":
         rec = self.rec
@@ -795,9 +804,7 @@ class SymGuard(SymNode):
             # NOTE: a count (`nonzero`'s) is >= 0, as `_static` assumes; a value `.item()` read
             # may be anything: every decision user code makes on it is a bailout
             known = _static(self) if self.pytype is not float and self.data is not ITEM_DATA else None
-            if known is None:
-                self._data_bailout(bool(self.hint))
-            return bool(self.hint) if known is None else known
+            return self._data_bailout(bool(self.hint)) if known is None else known
         if self.pytype is float:  # NOTE: `bool(x)` of a float: forcing it pinned its sizes
             return bool(self.hint)
         if self.data is not None:
@@ -896,6 +903,16 @@ class _Unbacked:
 
 _UNBACKED = _Unbacked()  # NOTE: stateless
 _INF = float("inf")
+
+
+def _recorded(trace: Graph) -> bool | None:
+    """The answer the trace being followed (a probe's example, `trace.expect`) recorded for the
+    bailout about to be recorded, or None."""
+    expect = getattr(trace, "expect", None)
+    if expect is None or len(trace.nodes) >= len(expect):
+        return None
+    node = expect[len(trace.nodes)]
+    return bool(node.params["expect"]) if node.op is Op.BOOL_BAILOUT else None
 
 
 _MAX_NUM = 1 << 20  # NOTE: a fraction's numerator and denominator at most this: the product stays exact

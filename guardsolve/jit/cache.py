@@ -651,6 +651,7 @@ class GuardedFunction:
                     return self._run_eagerly(record, why, args, kwargs, background)
                 self._tls.last = (_K_TRACED, None, None, why)
                 return entry.trace.output
+            own_run = False
             grads = entry.state.requires_grad() if entry.state is not None and torch.is_grad_enabled() else []
             if torch.is_grad_enabled():
                 grads += [f"input {n!r}" for n, v in zip(names, values) if isinstance(v, torch.Tensor) and v.requires_grad]
@@ -673,6 +674,12 @@ class GuardedFunction:
                 if variant is not None:
                     entry.variants = (variant,)
                     self._save(entry, variant)
+            else:
+                # NOTE: a replay that fails a decision on data after writing state would make the
+                # writes twice (its own, then the trace of the other path): later calls run
+                # eagerly; this call's output is its trace's own run, its writes made once
+                entry.autograd = _writes_before_data(entry.trace)
+                own_run = entry.autograd is not None
             # NOTE: published in one assignment, after the trace succeeded: a trace that raises
             # (KeyboardInterrupt too) leaves the entries as they were
             kept = self._entries
@@ -682,7 +689,7 @@ class GuardedFunction:
                 self._evictions.inc()
             self._entries = (entry,) + kept if self.evict else kept + (entry,)
             out, entry.trace.output = entry.trace.output, None  # NOTE: the entry keeps no output alive
-            if entry.autograd is not None:
+            if entry.autograd is not None and not own_run:
                 return self._run_eagerly(record, entry.autograd, args, kwargs, background)
             if entry.train:
                 # NOTE: the trace's own output has no autograd history: the compiled forward (or
@@ -1090,6 +1097,17 @@ class GuardedFunction:
     def cache_clear(self) -> None:
         with self._lock:
             self._reset()
+
+
+def _writes_before_data(t: Trace) -> str | None:
+    """Why a replay of `t` cannot serve calls: it writes state it did not make before a decision
+    on data (`segments.state_writes`); None otherwise."""
+    from guardsolve.jit.segments import Plan, has_data, state_writes
+
+    if not has_data(t.graph):
+        return None
+    why = state_writes(Plan.of(t))
+    return None if why is None else f"the trace cannot be cut where it reads data: {why}"
 
 
 @dataclass

@@ -658,9 +658,10 @@ def _compile_segment(seg: Segment, core: Callable[..., Any], used: tuple[torch.T
 
 
 def state_writes(plan: Plan) -> str | None:
-    """Why the trace cannot be cut: an op writes a tensor it did not make (an input, a buffer)
-    before a decision on data, which a call that fails that decision would have made too. None
-    when every write before the last cut is to a tensor the trace made itself."""
+    """Why the trace cannot be cut: an op writes a tensor it did not make (an input, a buffer),
+    or draws random numbers, before a decision on data, which a call that fails that decision
+    would have done too (and the trace of the other path again). None when every write before
+    the last cut is to a tensor the trace made itself."""
     nodes = plan.trace.graph.nodes
     if not plan.cuts:
         return None
@@ -673,7 +674,12 @@ def state_writes(plan: Plan) -> str | None:
             continue
         from guardsolve.ir.aten import resolve
 
-        schema = resolve(str(n.params["fn"]))._schema
+        func = resolve(str(n.params["fn"]))
+        schema = func._schema
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            loc = n.meta.get("loc")
+            return (f"{n.params['fn']} draws from the random stream before a decision on data"
+                    f"{f' ({loc})' if loc is not None else ''}")
         args = list(n.params["args"])
         for a, arg in zip(schema.arguments, args):
             info = a.alias_info
