@@ -457,10 +457,14 @@ class GuardedFunction:
                     break
                 if out is NotImplemented:
                     continue
-                with self._lock_eager:
+                if self._lock.acquire(blocking=False):
                     # NOTE: the path this data took is tried first next time (a stream of like
-                    # calls then runs one path, no divergence)
-                    self._entries = (other, *[x for x in self._entries if x is not other])
+                    # calls then runs one path, no divergence); under the lock that publishes
+                    # entries, and only when it is free (a hit never waits for a trace)
+                    try:
+                        self._entries = (other, *[x for x in self._entries if x is not other])
+                    finally:
+                        self._lock.release()
                 v._hits.inc()
                 other._hits.inc()
                 self._hits.inc()
