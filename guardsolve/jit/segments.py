@@ -360,17 +360,18 @@ class Segment:
     why_eager: str | None = None  # why no (further) variant is compiled
     calls: Counter = field(default_factory=Counter)
     eager_calls: Counter = field(default_factory=Counter)
-    # NOTE: per size class (the bit length of its inputs' element count), the first calls
+    # NOTE: per size class (the bit length of its largest input's element count), the first calls
     # alternate the compiled variant and the eager ops, timed: the faster serves that class from
     # then on (both compute the trace's values; at a few rows, eager ops beat a compiled call)
     timed: dict[int, tuple[list[float], list[float]]] = field(default_factory=dict, repr=False)
+    largest: int = 0  # NOTE: the input with the most elements at the example: its count is the size class
     eager_at: dict[int, bool] = field(default_factory=dict, repr=False)
 
     def __call__(self, *args: Any) -> Any:
         self.calls.inc()
         ins = args[:len(self.inputs)]
         if self.variants:
-            size = sum(a.numel() for a in ins if isinstance(a, torch.Tensor)).bit_length()
+            size = ins[self.largest].numel().bit_length()
             eager = self.eager_at.get(size)
             if eager is None:
                 return self._timed(args, size)
@@ -621,6 +622,8 @@ def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequenc
                  for a in example):
             seg.why_eager = "it takes a float read from data, which a compiled segment would pin"
         else:
+            seg.largest = max(range(len(example)), key=lambda i: example[i].numel()
+                              if isinstance(example[i], torch.Tensor) else -1)
             made = _compile_segment(seg, core, used, example, trace, compile_one)
             if isinstance(made, str):
                 seg.why_eager = made
