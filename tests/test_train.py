@@ -357,9 +357,11 @@ def test_a_call_whose_trace_fails_midway_updates_buffers_once() -> None:
         for i in range(3):
             x = torch.randn(6, 4) + (1.0 if i % 2 else -1.0)
             with torch.no_grad():
-                assert torch.equal(fast(x), ref(x))
+                # NOTE: the first call's output is its trace's own run (eager's kernels, whose
+                # reductions may split over threads otherwise: equal up to rounding)
+                torch.testing.assert_close(fast(x), ref(x), rtol=1e-5, atol=1e-6)
             assert int(m.bn.num_batches_tracked) == i + 1
-            assert torch.equal(m.bn.running_mean, ref.bn.running_mean)
+            torch.testing.assert_close(m.bn.running_mean, ref.bn.running_mean, rtol=1e-5, atol=1e-6)
         assert "writes bn_num_batches_tracked" in fast.last_call.why and "before a decision on data" in fast.last_call.why
 
 
