@@ -476,13 +476,11 @@ class Segmented:
             if kind == "seg":
                 out.append("    " + self.segments[idx].describe(idx, self.plan.ins[idx], self.plan.outs[idx]))
                 continue
-            n = nodes[idx]
-            loc = n.meta.get("loc")
-            at = f"  — {loc}" if loc is not None else ""
-            if n.op is Op.BOOL_BAILOUT:
-                out.append(f"    then, checked on the data: {_decision(self.plan.trace.graph, idx)}{at}")
-            elif n.op is not Op.VAR_TO_BOOL:
-                out.append(f"    then, eagerly: {n.params['fn']} -> {', '.join(n.outputs)}{at}")
+            cut = _cut(self.plan.trace.graph, idx)
+            if cut is not None:
+                decision, text, loc = cut
+                at = f"  — {loc}" if loc is not None else ""
+                out.append(f"    then, checked on the data: {text}{at}" if decision else f"    then, eagerly: {text}{at}")
         return "\n".join(out)
 
 
@@ -511,14 +509,23 @@ def outline(graph: Graph) -> list[str]:
             how = "compiled at symbolic sizes" if len(ops) >= _MIN_OPS else "run as its eager call"
             out.append(f"segment {idx}: {len(ops)} op{'s' if len(ops) != 1 else ''} ({shown}), {how}")
             continue
-        n = nodes[idx]
-        loc = n.meta.get("loc")
-        at = f"  at {loc}" if loc is not None else ""
-        if n.op is Op.BOOL_BAILOUT:
-            out.append(f"then, on the data: {_decision(graph, idx)}{at}")
-        elif n.op is not Op.VAR_TO_BOOL:
-            out.append(f"then eagerly: {n.params['fn']}{at}")
+        cut = _cut(graph, idx)
+        if cut is not None:
+            decision, text, loc = cut
+            at = f"  at {loc}" if loc is not None else ""
+            out.append(f"then, on the data: {text}{at}" if decision else f"then eagerly: {text.split(' -> ')[0]}{at}")
     return out
+
+
+def _cut(graph: Graph, i: int) -> tuple[bool, str, Any] | None:
+    """A cut step as (a decision?, its text, its user line); None for `var_to_bool` (its
+    decision follows it)."""
+    n = graph.nodes[i]
+    if n.op is Op.BOOL_BAILOUT:
+        return True, _decision(graph, i), n.meta.get("loc")
+    if n.op is Op.VAR_TO_BOOL:
+        return None
+    return False, f"{n.params['fn']} -> {', '.join(n.outputs)}", n.meta.get("loc")
 
 
 def _decision(graph: Graph, i: int) -> str:
