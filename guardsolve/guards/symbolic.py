@@ -731,17 +731,20 @@ class SymGuard(SymNode):
 
         >>> from guardsolve.ir.ops import Op
         >>> rec = Recorder(None); h = rec.input_dim("h", 7, Op.INT_PLACEHOLDER, None, 0)
-        >>> rec.depth = 1; out = h.sym_float().mul(h._wrap(1.5)).trunc()
-        >>> out.hint, out.pytype.__name__, out.const
-        (10, 'int', False)
+        >>> rec.depth = 1; f = h.sym_float().mul(h._wrap(1.5)); out = f.trunc()
+        >>> out.hint, out.pytype.__name__, out.const, f.trunc().const
+        (10, 'int', False, False)
+        >>> pins = lambda: [n for n in rec.guards.nodes if n.op is Op.INT_EQ]
+        >>> len(pins()), f.guard_float("", 0), len(pins())  # reading the float itself pins h
+        (0, 10.5, 1)
         """
-        if self.ratio is None or self.lazy is None or self.rec.depth == 0:
+        if self.ratio is None or self.rec.depth == 0:
             return None
         src, num, den = self.ratio
         wrap = src._wrap
         src.ge(wrap(0)).guard_bool("", 0)
         src.le(wrap((2 ** 53 - 1) // num)).guard_bool("", 0)
-        self.lazy = None  # NOTE: decided without reading the float: nothing pinned
+        # NOTE: the float itself stays unread: a rule that reads it later still pins the int
         scaled = src.mul(wrap(num)) if num != 1 else src
         if how == "ceil":
             return wrap(0).sub(wrap(0).sub(scaled).floordiv(wrap(den)))
