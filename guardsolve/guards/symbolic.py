@@ -491,7 +491,7 @@ class SymGuard(SymNode):
             name = rec.trace.emit(Op.INT_EQ, (name, rec.t_name(self._wrap(expect))), meta={"loc": rec.location()})
             expect = True
         loc = rec.location()
-        recorded = None if pinned else _recorded(rec.trace)
+        recorded = None if pinned else recorded_answer(rec.trace)
         if recorded is not None and recorded != expect:
             rec.trace.meta.setdefault("value_flips", []).append(loc)
             expect = recorded
@@ -908,9 +908,9 @@ _UNBACKED = _Unbacked()  # NOTE: stateless
 _INF = float("inf")
 
 
-def _recorded(trace: Graph) -> bool | None:
-    """The answer the trace being followed (a probe's example, `trace.expect`) recorded for the
-    bailout about to be recorded, or None."""
+def recorded_answer(trace: Graph) -> bool | None:
+    """The answer the trace being followed recorded for the decision on data about to be
+    recorded (a probe traces against the example's nodes, `tracer._Expecting`), or None."""
     expect = getattr(trace, "expect", None)
     if expect is None or len(trace.nodes) >= len(expect):
         return None

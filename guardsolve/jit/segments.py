@@ -52,7 +52,7 @@ from guardsolve.ir.graph import Graph
 from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Op
 from guardsolve.jit.counter import Counter
-from guardsolve.trace.replay import _INT_EXPR, _METADATA, _direct_call, _lines, _refs, _spec_source
+from guardsolve.trace.replay import _INT_EXPR, _METADATA, _direct_call, _lines, _live, _refs, _spec_source
 
 _READS = frozenset({"aten._local_scalar_dense.default", "aten.item.default"})
 _INPUTS = frozenset({Op.VAR_PLACEHOLDER, Op.INT_ARG, Op.VAR_PARAM, Op.INT_PLACEHOLDER})
@@ -148,7 +148,8 @@ class Plan:
         for run in self.runs:
             defined = {o for i in run for o in nodes[i].outputs}
             sub = Graph([nodes[i] for i in run])
-            need = _needed(sub, defined)
+            # NOTE: what its tensor ops read (its int nodes only where a tensor op uses them)
+            need = _live(sub, set(), {j for j, n in enumerate(sub.nodes) if _tensor_op(n)})
             ins.append(list(dict.fromkeys(x for i in run for x in nodes[i].inputs
                                           if x not in defined and x not in consts and x in need)))
         have = set(inputs) | consts
@@ -327,15 +328,6 @@ def _renamed(n: Node, names: dict[str, str]) -> Node:
         params["kwargs"] = Kwargs(substitute(dict(n.params["kwargs"]), ref))
     return Node(n.op, tuple(names.get(x, x) for x in n.inputs), tuple(names.get(o, o) for o in n.outputs),
                 params, n.meta)
-
-
-def _needed(sub: Graph, defined: set[str]) -> set[str]:
-    """Names the tensor ops of a segment read (its int nodes only where a tensor op uses them)."""
-    need: set[str] = set()
-    for n in reversed(sub.nodes):
-        if _tensor_op(n) or (n.outputs and n.outputs[0] in need):
-            need.update(n.inputs)
-    return need
 
 
 def _int_line(n: Node) -> str:
@@ -572,11 +564,14 @@ def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequenc
     # random state restored: compiling changes nothing the program reads)
     seen: dict[int, tuple[Any, ...]] = {}
     copies = {c: v.detach().clone() for c, v in consts.items()}
+    # NOTE: each segment's eager function takes its constants as arguments: the example run
+    # passes copies, the served glue the live tensors
+    keys: list[str] = []
     eager: list[Callable[..., Any]] = []
     for k in range(len(plan.runs)):
         ns: dict[str, Any] = {}
-        src = plan.segment_source(k, ns)
-        exec(compile(src, f"<guardsolve segment {k}>", "exec"), ns)
+        exec(compile(plan.segment_source(k, ns), f"<guardsolve segment {k}>", "exec"), ns)
+        keys.append(ns["__key__"])
         eager.append(ns["segment"])
 
     def recording(k: int) -> Callable[..., Any]:
@@ -597,23 +592,20 @@ def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequenc
     finally:
         torch.random.set_rng_state(rng)
     # NOTE: the served segments read the live constants
-    live_ns: dict[str, Any] = {c: v.detach() for c, v in consts.items()}
+    run_ns: dict[str, Any] = {c: v.detach() for c, v in consts.items()}
     segments: list[Segment] = []
     compiles = 0
     backend: list[Any] = []
     for k, run in enumerate(plan.runs):
-        seg_ns: dict[str, Any] = {}
-        src = plan.segment_source(k, seg_ns)
-        used = tuple(live_ns[c] for c in plan._consts(k))
+        used = tuple(run_ns[c] for c in plan._consts(k))
         # NOTE: the ops (canonical names) and where each constant's values live: a view made
         # again by another trace (`w[e]`) is the same constant
-        key = (seg_ns["__key__"], tuple((c.untyped_storage().data_ptr(), c.storage_offset(), tuple(c.shape),
-                                         c.stride(), c.dtype) for c in used))
+        key = (keys[k], tuple((c.untyped_storage().data_ptr(), c.storage_offset(), tuple(c.shape),
+                               c.stride(), c.dtype) for c in used))
         if shared is not None and key in shared:
             segments.append(shared[key])  # NOTE: the same ops on the same constants: compiled once
             continue
-        exec(compile(src, f"<guardsolve segment {k}>", "exec"), seg_ns)
-        core = seg_ns["segment"]
+        core = eager[k]
         ops = sum(1 for i in run if t.graph.nodes[i].op is Op.ATEN)
         seg = Segment(k, tuple(plan.ins[k]), tuple(plan.outs[k]), ops, core, used)
         if shared is not None:
@@ -639,7 +631,6 @@ def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequenc
                 seg.variants.append(made)
                 backend.extend(made.backend)
         segments.append(seg)
-    run_ns: dict[str, Any] = {c: v.detach() for c, v in consts.items()}
     run_ns.update({f"seg{k}": s for k, s in enumerate(segments)})
     src = plan.glue_source(run_ns)
     exec(compile(src, "<guardsolve glue>", "exec"), run_ns)
@@ -677,13 +668,13 @@ def state_writes(plan: Plan) -> str | None:
         return None
     last = max(i for i in plan.cuts if nodes[i].op is Op.BOOL_BAILOUT) if any(
         nodes[i].op is Op.BOOL_BAILOUT for i in plan.cuts) else -1
+    from guardsolve.ir.aten import resolve
+
     root: dict[str, str] = {}
     fresh: set[str] = set()
     for i, n in enumerate(nodes[:last]):
         if n.op is not Op.ATEN:
             continue
-        from guardsolve.ir.aten import resolve
-
         func = resolve(str(n.params["fn"]))
         schema = func._schema
         if torch.Tag.nondeterministic_seeded in func.tags:

@@ -31,7 +31,7 @@ from guardsolve.ir.flat import flatten, unflatten
 from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Args, Kwargs, Op, OpName
 from guardsolve.guards.rules import takes_device
-from guardsolve.guards.symbolic import Recorder, SymGuard
+from guardsolve.guards.symbolic import Recorder, SymGuard, recorded_answer
 from guardsolve.trace.state import is_state
 
 
@@ -43,14 +43,6 @@ _READS_DATA = {_aten._local_scalar_dense.default: ".item()", _aten.item.default:
 _META = torch.device("meta")
 
 
-def _recorded_answer(graph: Any) -> bool | None:
-    """The answer the trace being followed recorded for the decision on data about to be
-    recorded (a probe traces against the example's nodes, `tracer._Expecting`), or None."""
-    expect = getattr(graph, "expect", None)
-    if expect is None or len(graph.nodes) >= len(expect):
-        return None
-    node = expect[len(graph.nodes)]
-    return bool(node.params["expect"]) if node.op is Op.BOOL_BAILOUT else None
 # Views that need compatible strides (eager raises otherwise): the trace holds only for inputs
 # laid out as the example's.
 # NOTE: `as_strided` and `set_` are not among them: they replace a tensor's strides without
@@ -554,7 +546,7 @@ class TracingMode(TorchDispatchMode):
         loc = rec.loc
         flag = rec.trace.emit(Op.VAR_TO_BOOL, (probe.tname,), meta={"loc": loc})
         expect = True if func in _ITEM else bool(value)
-        recorded = _recorded_answer(rec.trace) if func not in _ITEM else None
+        recorded = recorded_answer(rec.trace) if func not in _ITEM else None
         if recorded is not None and recorded != expect:
             # NOTE: a trace at other sizes (a probe) takes the example's answer to a decision on
             # data: the data drawn at those sizes must not decide their size guards (a replay
