@@ -48,6 +48,7 @@ from guardsolve.errors import GuardsolveError
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.jit.decompose import retrace_scope
+from guardsolve.jit.layout import channels_last
 from guardsolve.jit.variant import BackendGuard, Variant, runner
 from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
 from guardsolve.solve.guardset import GuardSet
@@ -527,6 +528,8 @@ def _build(program: Callable[..., Any], t: Trace, values: Sequence[Any], consts:
         with scope, mode, torch.no_grad(), retrace_scope(called):
             gm = make_fx(lambda *a: program(*a[:head]), tracing_mode="fake",
                          decomposition_table=table)(*fakes, *const_fakes, *size_args)
+            if train:
+                gm = channels_last(gm, mode, [*fakes, *const_fakes, *size_args])
     except Exception as e:
         raise _Failed("make_fx", f"make_fx could not re-trace the trace: {type(e).__name__}: {_first_line(e)}") from e
     _tensor_outputs(gm)
@@ -569,7 +572,8 @@ class _Table(dict):  # type: ignore[type-arg]
 def _training_decompositions() -> dict[Any, Any]:
     """Inductor's decompositions, and `_conv_input_grad` for `convolution_backward` (a training
     graph's joint trace runs them)."""
-    return _Table({**_decompositions(), torch.ops.aten.convolution_backward.default: _conv_input_grad})
+    table = {**_decompositions(), torch.ops.aten.convolution_backward.default: _conv_input_grad}
+    return _Table(table)
 
 
 def _conv_input_grad(grad_out: Any, input: Any, weight: Any, bias_sizes: Any, stride: Sequence[int],
