@@ -1,146 +1,62 @@
-"""The package layout: one folder per pipeline stage, imports acyclic and pointing downward.
-
-The import graph is read with `ast`, so it counts every import, also those inside functions;
-only `if TYPE_CHECKING:` blocks are skipped (they never run, so they cannot form a cycle).
-"""
+"""The channels-last pass of training graphs (`jit/layout.py`): where it copies, and the
+layouts of what the graph returns, at real and symbolic sizes."""
 
 from __future__ import annotations
 
-import ast
-import graphlib
-import pathlib
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch._subclasses.fake_tensor import FakeTensorMode
 
-import pytest
+from guardsolve.jit.layout import channels_last
 
-PACKAGE = pathlib.Path(__file__).parent.parent / "guardsolve"
-
-# Each stage may import its own modules and those of stages with a LOWER level, nothing else.
-# NOTE: this is import order, not pipeline order: `Trace.guard_graph()` and replay's value
-# bailouts use guards/, so guards sits below trace; `simplify()` accepts a `Trace`, so trace sits
-# below solve; the `guarded()` JIT ties trace, solve, replay and Inductor (read through pytorch/) together above them.
-LEVEL = {
-    "errors": 0,   # errors.py: the exception hierarchy
-    "ir": 1,       # ir/: ops, Node/Graph, text form, the walker, concrete rules
-    "guards": 2,   # guards/: guard_graph, normal form, Python-vs-z3 semantics
-    "trace": 3,    # trace/: traced tensor, guarded ints, tracer, torch rules, replay
-    "solve": 4,    # solve/: union-find, ordering, z3, witnesses, simplify, GuardSet
-    "pytorch": 5,  # pytorch/: torch.export's and torch.compile's words in and out (dynamic, export_check, compile)
-    "jit": 6,      # jit/: guarded() (cache.py), its backends (replay, Inductor) and its store; reads Inductor's guards through pytorch/
-    "cli": 7,      # cli/: the command line and its reports
-    "testing": 7,  # testing.py: random guard graphs for tests and benchmarks
-    "api": 8,      # guardsolve/__init__.py (the public API) and __main__.py
-}
+aten = torch.ops.aten
+W = torch.randn(4, 3, 3, 3)
 
 
-def module_name(path: pathlib.Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def _conv(x: torch.Tensor) -> torch.Tensor:
+    return aten.convolution.default(x, W, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
 
 
-def stage(module: str) -> str:
-    parts = module.split(".")
-    return "api" if len(parts) == 1 or parts[1] == "__main__" else parts[1]
+def _calls(gm: torch.fx.GraphModule) -> list[str]:
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+def test_a_convolution_reads_a_channels_last_copy_and_its_output_is_laid_out_as_before() -> None:
+    x = torch.randn(2, 3, 8, 8)
+    gm = make_fx(lambda x: (_conv(x).relu(),))(x)
+    new = channels_last(gm, None, [x])
+    assert _calls(new).count("aten.clone.default") == 2
+    out = new(x)[0]
+    assert out.is_contiguous() and torch.allclose(out, gm(x)[0], atol=1e-5)
 
 
-def imports_of(source: str, module: str, is_package: bool, known: set[str]) -> set[str]:
-    """The guardsolve modules that `source` (module `module`) imports, anywhere in the file."""
-    package = module if is_package else module.rpartition(".")[0]
-    found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name in known)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join(up + ([node.module] if node.module else []))
-            for a in node.names:
-                if f"{base}.{a.name}" in known:  # `from guardsolve.ir import kernels`
-                    found.add(f"{base}.{a.name}")
-                elif base in known:
-                    found.add(base)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(ast.parse(source))
-    return found - {module}
+def test_a_graph_without_a_2d_convolution_is_left_as_it_is() -> None:
+    x = torch.randn(2, 3, 8)
+    w = torch.randn(4, 3, 3)
+    gm = make_fx(lambda x: aten.convolution.default(x, w, None, [1], [1], [1], False, [0], 1))(x)
+    assert channels_last(gm, None, [x]) is gm
 
 
-def import_graph() -> dict[str, set[str]]:
-    paths = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-    known = set(paths)
-    return {m: imports_of(p.read_text(), m, p.name == "__init__.py", known) for m, p in paths.items()}
+def test_an_output_that_was_not_contiguous_keeps_the_graph_unchanged() -> None:
+    x = torch.randn(2, 3, 8, 8)
+    gm = make_fx(lambda x: (_conv(x).transpose(1, 2),))(x)
+    assert channels_last(gm, None, [x]) is gm
 
 
-def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    return [f"{m} ({stage(m)}) imports {d} ({stage(d)})" for m, deps in sorted(graph.items())
-            for d in sorted(deps) if stage(d) != stage(m) and LEVEL[stage(d)] >= LEVEL[stage(m)]]
+def test_at_symbolic_sizes_the_output_strides_stay_expressions_of_the_sizes() -> None:
+    se = ShapeEnv()
+    mode = FakeTensorMode(shape_env=se)
+    fake = mode.from_tensor(torch.randn(2, 3, 8, 8))
+    w = mode.from_tensor(W, static_shapes=True)
 
+    def f(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor]:
+        return (aten.convolution.default(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1) * 2,)
 
-def test_every_module_belongs_to_a_stage() -> None:
-    assert {m: stage(m) for m in import_graph() if stage(m) not in LEVEL} == {}
-
-
-def test_import_graph_is_acyclic() -> None:
-    try:
-        graphlib.TopologicalSorter(import_graph()).prepare()
-    except graphlib.CycleError as e:
-        # NOTE: graphlib lists each module before one that imports it; reversed, each imports the next.
-        pytest.fail("import cycle: " + " imports ".join(reversed(e.args[1])))
-
-
-def test_stages_import_only_downward() -> None:
-    upward = upward_imports(import_graph())
-    assert not upward, "imports that point up the stage order:\n" + "\n".join(upward)
-
-
-def test_the_check_sees_imports_inside_functions_but_not_type_checking_blocks() -> None:
-    known = {"guardsolve.errors", "guardsolve.ir", "guardsolve.ir.graph", "guardsolve.ir.kernels",
-             "guardsolve.solve.simplify"}
-    source = (
-        "from typing import TYPE_CHECKING\n"
-        "from guardsolve.ir import kernels\n"
-        "from . import graph\n"
-        "if TYPE_CHECKING:\n"
-        "    from guardsolve.errors import GraphError\n"
-        "def f():\n"
-        "    from guardsolve.solve.simplify import simplify\n"
-    )
-    deps = imports_of(source, "guardsolve.ir.concrete", False, known)
-    assert deps == {"guardsolve.ir.kernels", "guardsolve.ir.graph", "guardsolve.solve.simplify"}
-    assert upward_imports({"guardsolve.ir.concrete": deps}) == [
-        "guardsolve.ir.concrete (ir) imports guardsolve.solve.simplify (solve)"]
-
-
-def test_solve_is_the_solver_alone() -> None:
-    """PyTorch's own tracers' vocabulary (torch.export, torch.compile/Dynamo) lives in pytorch/:
-    no module of solve/ names them, and pytorch/ holds the modules that do."""
-    foreign = ("torch.export", "torch._dynamo", "torch.compile", "torch._guards", "symbolic_shapes")
-    found = [f"{p.relative_to(PACKAGE)} names {w}" for p in sorted((PACKAGE / "solve").rglob("*.py"))
-             for w in foreign if w in p.read_text()]
-    assert found == []
-    assert {"dynamic.py", "export_check.py"} <= {p.name for p in (PACKAGE / "pytorch").glob("*.py")}
-
-
-def test_the_repository_root_holds_only_the_project() -> None:
-    """Every file git tracks lies under one of the project's own top-level entries: a stray
-    file (a shell redirect's output once landed as files named after guards) fails here."""
-    import subprocess
-
-    root = pathlib.Path(__file__).resolve().parent.parent
-    out = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True)
-    if out.returncode != 0:
-        pytest.skip("not a git checkout")
-    allowed = {".ci", ".gitignore", "README.md", "benchmarks", "examples", "guardsolve", "pyproject.toml", "tests"}
-    stray = sorted({line.split("/", 1)[0] for line in out.stdout.splitlines()} - allowed)
-    assert stray == [], f"tracked files outside the project's layout: {stray}"
+    with mode:
+        gm = make_fx(f, tracing_mode="fake")(fake, w)
+    new = channels_last(gm, mode, [fake, w])
+    out = [n for n in new.graph.nodes if n.op == "output"][0].args[0][0].meta["val"]
+    convs = [n.meta["val"] for n in new.graph.nodes if n.target is aten.convolution.default]
+    assert convs[0].stride()[1] == 1  # channels-last: the channel stride is 1
+    assert out.stride()[3] == 1 and isinstance(out.stride()[0], torch.SymInt)

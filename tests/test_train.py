@@ -304,6 +304,25 @@ def test_a_conv_net_keeps_its_image_sizes_symbolic_through_the_backward() -> Non
     assert fast.cache_info().compiles == 2 and fast.last_call.how == "compiled"
 
 
+def test_a_dense_conv_net_runs_channels_last_and_returns_eagers_layout() -> None:
+    """Convolutions run on channels-last copies (`jit/layout.py`); a 4-D output (a per-pixel
+    head) comes back with eager's contiguous strides, and every step trains as eager's, over
+    image sizes that one variant serves."""
+    def make() -> nn.Module:
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                             nn.Conv2d(8, 4, 1))
+
+    gen = torch.Generator().manual_seed(7)
+    batches = [(torch.randn(b, 3, h, w, generator=gen), torch.randint(0, 4, (b, h, w), generator=gen))
+               for b, h, w in [(2, 8, 8), (3, 12, 10), (2, 16, 6)]]
+    worst, fast = train_side_by_side(make, batches, lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+                                     F.cross_entropy, lambda m: guardsolve.guarded(m, backend="inductor"))
+    assert worst < TOL, worst
+    out = fast(torch.randn(2, 3, 9, 9))
+    assert fast.last_call.how == "compiled" and out.is_contiguous() and out.requires_grad
+    assert fast.cache_info().compiles == 1, fast.cache_info().miss_reasons
+
+
 def test_second_order_gradients_need_autograd_eager() -> None:
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
