@@ -60,3 +60,21 @@ def test_at_symbolic_sizes_the_output_strides_stay_expressions_of_the_sizes() ->
     convs = [n.meta["val"] for n in new.graph.nodes if n.target is aten.convolution.default]
     assert convs[0].stride()[1] == 1  # channels-last: the channel stride is 1
     assert out.stride()[3] == 1 and isinstance(out.stride()[0], torch.SymInt)
+
+
+def test_max_pooling_backward_is_atens_kernel_at_every_layout_with_the_meta_kernels_strides() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    for fmt, (k, s, p, ceil) in [(torch.contiguous_format, (2, 2, 0, False)),
+                                 (torch.channels_last, (3, 2, 1, True)), (torch.channels_last, (2, 1, 0, False))]:
+        x = torch.randn(2, 4, 7, 9).contiguous(memory_format=fmt)
+        out, idx = aten.max_pool2d_with_indices(x, [k, k], [s, s], [p, p], [1, 1], ceil)
+        g = torch.randn_like(out)
+        args = (g, x, [k, k], [s, s], [p, p], [1, 1], ceil, idx)
+        ours = torch.ops.guardsolve.max_pool2d_backward(*args)
+        want = aten.max_pool2d_with_indices_backward(*args)
+        assert torch.equal(ours, want) and ours.stride() == want.stride()
+        with FakeTensorMode() as mode:
+            fake = torch.ops.guardsolve.max_pool2d_backward(*[mode.from_tensor(a) if isinstance(a, torch.Tensor)
+                                                              else a for a in args])
+        assert fake.stride() == want.stride()

@@ -247,13 +247,20 @@ _RESTART = """
 import json, sys
 import torch, guardsolve
 torch.manual_seed(0)
-m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+nn = torch.nn
+if sys.argv[2] == "conv":  # NOTE: channels-last convolutions and max pooling's backward as ATen's op
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(3, 2, padding=1),
+                      nn.Conv2d(8, 4, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    shape = lambda b, s: (b, 3, s + 3, s + 5)
+else:
+    m = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.ReLU(), nn.Linear(32, 4))
+    shape = lambda b, s: (b, s, 16)
 fast = guardsolve.guarded(m, backend="inductor", cache_dir=sys.argv[1])
 opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
 gen = torch.Generator().manual_seed(1)
 losses = []
 for b, s in [(4, 7), (3, 9), (8, 5), (4, 7)]:
-    loss = fast(torch.randn(b, s, 16, generator=gen)).square().mean()
+    loss = fast(torch.randn(shape(b, s), generator=gen)).square().mean()
     loss.backward()
     opt.step()
     opt.zero_grad()
@@ -264,20 +271,24 @@ print(json.dumps({"losses": losses, "traces": info.traces, "compiles": info.comp
 """
 
 
-def test_a_restarted_training_job_compiles_nothing_and_trains_the_same(tmp_path: Any) -> None:
+@pytest.mark.parametrize("model", ["mlp", "conv"])
+def test_a_restarted_training_job_compiles_nothing_and_trains_the_same(tmp_path: Any, model: str) -> None:
     import json
     import subprocess
     import sys
 
     def run() -> dict:
-        done = subprocess.run([sys.executable, "-c", _RESTART, str(tmp_path)], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-c", _RESTART, str(tmp_path), model], capture_output=True, text=True,
                               timeout=600, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
         assert done.returncode == 0, done.stderr[-2000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     first, second = run(), run()
-    assert first["traces"] == 1 and first["compiles"] == 1 and first["eager"] == 0
-    assert second["traces"] == 0 and second["compiles"] == 0 and second["loaded"] == 1 and second["eager"] == 0
+    assert first["traces"] == 1 and first["compiles"] >= 1 and first["eager"] == 0
+    if model == "mlp":
+        assert first["compiles"] == 1  # NOTE: its one variant serves every shape
+    assert second["traces"] == 0 and second["compiles"] == 0 and second["eager"] == 0
+    assert second["loaded"] == first["compiles"]
     assert second["losses"] == first["losses"]
 
 

@@ -48,7 +48,7 @@ from guardsolve.errors import GuardsolveError
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.jit.decompose import retrace_scope
-from guardsolve.jit.layout import channels_last
+from guardsolve.jit.layout import channels_last, pool_backward
 from guardsolve.jit.variant import BackendGuard, Variant, runner
 from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
 from guardsolve.solve.guardset import GuardSet
@@ -572,8 +572,8 @@ class _Table(dict):  # type: ignore[type-arg]
 def _training_decompositions() -> dict[Any, Any]:
     """Inductor's decompositions, and `_conv_input_grad` for `convolution_backward` (a training
     graph's joint trace runs them)."""
-    table = {**_decompositions(), torch.ops.aten.convolution_backward.default: _conv_input_grad}
-    return _Table(table)
+    return _Table({**_decompositions(), torch.ops.aten.convolution_backward.default: _conv_input_grad,
+                   torch.ops.aten.max_pool2d_with_indices_backward.default: pool_backward})
 
 
 def _conv_input_grad(grad_out: Any, input: Any, weight: Any, bias_sizes: Any, stride: Sequence[int],
