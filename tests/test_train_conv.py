@@ -1,0 +1,111 @@
+"""Conv nets trained through compiled entries against eager: the channels-last pass
+(`jit/layout.py`) and max pooling's backward as ATen's op, over the layouts, pools and sizes
+they touch.
+
+Each net trains side by side with an eager copy (`testing.train_side_by_side`: every step's
+loss, gradients, parameters and buffers) with SGD and AdamW, over batches whose image sizes
+change (odd, even, tiny, non-square), and every call is served compiled.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import guardsolve
+from guardsolve.testing import residual_block, train_side_by_side
+
+TOL = 1e-4
+
+
+class _Segmenter(nn.Module):
+    """A per-pixel head: conv, batch norm, max pool (3, stride 2, padding 1: overlapping
+    windows), a transposed conv back up, and a 4-D output cropped to the input's size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.up = nn.ConvTranspose2d(8, 8, 2, stride=2)
+        self.head = nn.Conv2d(8, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.max_pool2d(F.relu(self.b1(self.c1(x))), 3, 2, padding=1)
+        h = self.head(F.relu(self.up(h)))
+        return h[..., :x.shape[-2], :x.shape[-1]]
+
+
+class _Mixed(nn.Module):
+    """Grouped, depthwise, dilated and strided convs; a ceil-mode max pool; adaptive pooling; a
+    residual block; a 1-D conv on the flattened map."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=2, dilation=2)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.g = nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=2)
+        self.block = residual_block(8)
+        self.c1d = nn.Conv1d(8, 4, 3, padding=1)
+        self.fc = nn.Linear(4, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.max_pool2d(F.relu(self.c1(x)), 2, ceil_mode=True)
+        h = self.block(F.relu(self.g(F.relu(self.dw(h)))))
+        h = F.adaptive_max_pool2d(h, (2, 3)).flatten(2)
+        return self.fc(self.c1d(h).mean(-1))
+
+
+def _classifier_batches(shapes: list[tuple[int, int, int]], classes: int) -> list[tuple[torch.Tensor, ...]]:
+    gen = torch.Generator().manual_seed(3)
+    return [(torch.randn(b, 3, h, w, generator=gen), torch.randint(0, classes, (b,), generator=gen))
+            for b, h, w in shapes]
+
+
+_OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3),
+}
+
+
+def _check(make: Callable[[], nn.Module], batches: list[tuple[torch.Tensor, ...]], loss: Callable[..., Any],
+           optimizer: str) -> Any:
+    worst, fast = train_side_by_side(make, batches, _OPTIMIZERS[optimizer], loss,
+                                     lambda m: guardsolve.guarded(m, backend="inductor"))
+    info = fast.cache_info()
+    assert worst < TOL, worst
+    assert info.eager_calls == 0, info.eager_reasons
+    return fast
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_a_segmenter_with_a_4d_output_trains_as_eager(optimizer: str) -> None:
+    gen = torch.Generator().manual_seed(4)
+    batches = [(torch.randn(b, 3, h, w, generator=gen), torch.randn(b, 3, h, w, generator=gen))
+               for b, h, w in [(2, 12, 12), (3, 9, 13), (1, 16, 8), (2, 12, 12)]]
+    fast = _check(_Segmenter, batches, F.mse_loss, optimizer)
+    out = fast(torch.randn(2, 3, 10, 14))
+    assert out.shape == (2, 3, 10, 14) and out.stride() == _Segmenter()(torch.randn(2, 3, 10, 14)).stride()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_a_net_of_grouped_dilated_and_pooled_convs_trains_as_eager(optimizer: str) -> None:
+    batches = _classifier_batches([(4, 16, 16), (2, 13, 17), (4, 24, 20), (1, 9, 9), (4, 16, 16)], 5)
+    _check(_Mixed, batches, F.cross_entropy, optimizer)
+
+
+@pytest.mark.slow
+def test_a_channels_last_input_and_tiny_images_train_as_eager() -> None:
+    """Inputs already channels-last, and images down to 2x2 (a 1x1 map after pooling: strides
+    that fit both layouts)."""
+    def make() -> nn.Module:
+        return nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(6, 4, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+    batches = _classifier_batches([(4, 8, 8), (3, 2, 2), (4, 8, 8), (2, 5, 3)], 4)
+    batches = [(x.contiguous(memory_format=torch.channels_last), y) if i % 2 == 0 else (x, y)
+               for i, (x, y) in enumerate(batches)]
+    _check(make, batches, F.cross_entropy, "sgd")
