@@ -26,7 +26,7 @@ def test_a_convolution_reads_a_channels_last_copy_and_its_output_is_laid_out_as_
     x = torch.randn(2, 3, 8, 8)
     gm = make_fx(lambda x: (_conv(x).relu(),))(x)
     new = channels_last(gm, None, [x])
-    assert _calls(new).count("aten.clone.default") == 2
+    assert _calls(new).count("aten.clone.default") == 3  # NOTE: the input, the weight, the output
     out = new(x)[0]
     assert out.is_contiguous() and torch.allclose(out, gm(x)[0], atol=1e-5)
 
@@ -59,6 +59,8 @@ def test_at_symbolic_sizes_the_output_strides_stay_expressions_of_the_sizes() ->
     out = [n for n in new.graph.nodes if n.op == "output"][0].args[0][0].meta["val"]
     convs = [n.meta["val"] for n in new.graph.nodes if n.target is aten.convolution.default]
     assert convs[0].stride()[1] == 1  # channels-last: the channel stride is 1
+    weights = [n.args[1].meta["val"] for n in new.graph.nodes if n.target is aten.convolution.default]
+    assert weights[0].stride() == (27, 1, 9, 3)
     assert out.stride()[3] == 1 and isinstance(out.stride()[0], torch.SymInt)
 
 
