@@ -122,6 +122,23 @@ def test_moe_routing_runs_as_compiled_segments_over_token_counts() -> None:
     assert info.traces <= 3 and info.hits >= 5, info
 
 
+def test_a_segment_is_not_shared_by_traces_whose_inputs_differ_in_dtype() -> None:
+    """A segment's check holds sizes only (its inputs' kinds follow from the entry's check), so
+    traces of the same program over float32 and float64 get segments of their own: each call
+    returns eager's values in eager's dtype."""
+    g = guardsolve.guarded(branch, backend="inductor")
+    gen = torch.Generator().manual_seed(2)
+    for dtype in (torch.float32, torch.float64) * 6:  # NOTE: past the first calls, which time eager ops
+        for sign in (1.0, -1.0):
+            x = (torch.randn(6, 5, generator=gen) + sign).to(dtype)
+            got, want = g(x), branch(x)
+            assert got.dtype == want.dtype == dtype and torch.allclose(got, want, atol=1e-6)
+    info = g.cache_info()
+    assert info.eager_calls == 0 and info.traces == 4, info
+    segs = {id(s) for e in g.entries for v in e.variants if v.segments is not None for s in v.segments.segments}
+    assert len(segs) >= 4  # NOTE: the mean's segment once per dtype, each branch's once per dtype
+
+
 @pytest.mark.slow
 def test_topk_of_a_value_read_from_data() -> None:
     """`topk(x, k=int(n.item()))`: k is pinned (a value bailout per k), each k's segments

@@ -600,8 +600,10 @@ def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequenc
         used = tuple(run_ns[c] for c in plan._consts(k))
         # NOTE: the ops (canonical names) and where each constant's values live: a view made
         # again by another trace (`w[e]`) is the same constant
+        # NOTE: and the kinds of the inputs the example handed it, which its check does not
+        # hold (`inductor._segmented`): within one trace they follow from the entry's check
         key = (keys[k], tuple((c.untyped_storage().data_ptr(), c.storage_offset(), tuple(c.shape),
-                               c.stride(), c.dtype) for c in used))
+                               c.stride(), c.dtype) for c in used), _kinds(seen.get(k)))
         if shared is not None and key in shared:
             segments.append(shared[key])  # NOTE: the same ops on the same constants: compiled once
             continue
@@ -637,6 +639,19 @@ def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequenc
     glue = run_ns["glue"]
     glue.__source__ = src
     return Segmented(plan, tuple(segments), glue, time.perf_counter() - start, compiles, tuple(backend), _ns=run_ns)
+
+
+def _kinds(example: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+    """What a segment's check leaves out of its inputs: each tensor's dtype, device, layout,
+    rank and requires_grad, each other value's type.
+
+    >>> _kinds((torch.zeros(2, 3, dtype=torch.int64), 4))
+    ((torch.int64, device(type='cpu'), torch.strided, 2, False), <class 'int'>)
+    """
+    if example is None:
+        return None
+    return tuple((a.dtype, a.device, a.layout, a.dim(), a.requires_grad) if isinstance(a, torch.Tensor) else type(a)
+                 for a in example)
 
 
 def _compile_segment(seg: Segment, core: Callable[..., Any], used: tuple[torch.Tensor, ...], example: tuple[Any, ...],
