@@ -80,3 +80,19 @@ def test_max_pooling_backward_is_atens_kernel_at_every_layout_with_the_meta_kern
             fake = torch.ops.guardsolve.max_pool2d_backward(*[mode.from_tensor(a) if isinstance(a, torch.Tensor)
                                                               else a for a in args])
         assert fake.stride() == want.stride()
+
+
+def test_an_inference_conv_net_is_served_channels_last_over_image_sizes_with_eagers_outputs() -> None:
+    import guardsolve
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                              torch.nn.Conv2d(8, 4, 3, padding=1)).eval()
+    fast = guardsolve.guarded(net, backend="inductor")
+    with torch.no_grad():
+        for shape in [(2, 3, 16, 16), (3, 3, 12, 20), (2, 3, 10, 14)]:
+            x = torch.randn(shape)
+            got, want = fast(x), net(x)
+            assert got.stride() == want.stride() and torch.allclose(got, want, atol=1e-5)
+    info = fast.cache_info()
+    assert info.compiles == 1 and info.eager_calls == 0, info.miss_reasons

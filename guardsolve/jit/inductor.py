@@ -534,8 +534,7 @@ def _build(program: Callable[..., Any], t: Trace, values: Sequence[Any], consts:
         with scope, mode, torch.no_grad(), retrace_scope(called):
             gm = make_fx(lambda *a: program(*a[:head]), tracing_mode="fake",
                          decomposition_table=table)(*fakes, *const_fakes, *size_args)
-            if train:
-                gm = channels_last(gm, mode, [*fakes, *const_fakes, *size_args])
+            gm = channels_last(gm, mode, [*fakes, *const_fakes, *size_args])
     except Exception as e:
         raise _Failed("make_fx", f"make_fx could not re-trace the trace: {type(e).__name__}: {_first_line(e)}") from e
     _tensor_outputs(gm)

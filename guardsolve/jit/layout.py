@@ -1,12 +1,14 @@
-"""Channels-last convolutions for a training graph, at symbolic sizes.
+"""Channels-last convolutions at symbolic sizes, for every graph guardsolve compiles.
 
 A 2-D convolution's CPU kernel (oneDNN) runs 1.6x faster on a channels-last input than on a
 contiguous one, forward and backward (a conv net with batch norm, 16x3x48x48, one thread: an
 eager training step 11.1 ms contiguous, 6.9 ms channels-last). Inductor's own layout pass
 (`layout_optimization`) restrides the backward's saved activations to the strides it chose at
 the example's sizes, which pins every image size, so it is off for training graphs
-(`inductor._standalone`). This pass does the same work in the graph instead, before AOTAutograd
-traces the joint graph: each 2-D convolution's input and weight become channels-last copies,
+(`inductor._standalone`), and it left an inference graph at symbolic sizes contiguous (a U-Net's
+large call 1.17x torch.compile's; 0.97x with this pass). This pass does the same work in the
+graph instead, before Inductor (and AOTAutograd, which traces the joint graph from it) sees it:
+each 2-D convolution's input and weight become channels-last copies,
 so every stride that follows is an expression of the symbolic sizes (`C*W`, `C`, ...), and one
 compile serves every image size. A graph output that the pass restrided is copied back to the strides
 it had (contiguous), so what the caller gets is laid out as eager's.
@@ -62,10 +64,11 @@ def _convolutions(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
 
 
 def channels_last(gm: torch.fx.GraphModule, mode: Any, args: Sequence[Any]) -> torch.fx.GraphModule:
-    """`gm` with each 2-D convolution's input and weight copied channels-last and re-traced by make_fx over
-    `args` (in fake `mode`, or real tensors where `mode` is None), its outputs laid out as
-    before; `gm` itself where it has no such convolution, or where an output it restrides was
-    not contiguous (its layout is kept as it was rather than guessed)."""
+    """`gm` with each 2-D convolution's input and weight copied channels-last and re-traced by
+    make_fx over `args` (in fake `mode`, or real tensors where `mode` is None), its outputs laid
+    out as before; `gm` itself where it has no such convolution, where an output it restrides
+    was not contiguous (its layout is kept as it was rather than guessed), or where the re-trace
+    fails (the graph is compiled as it was: slower, not wrong)."""
     convs = _convolutions(gm)
     if not convs:
         return gm
@@ -84,8 +87,11 @@ def channels_last(gm: torch.fx.GraphModule, mode: Any, args: Sequence[Any]) -> t
     from torch.fx.experimental.proxy_tensor import make_fx
 
     scope = mode if mode is not None else contextlib.nullcontext()
-    with scope, torch.no_grad():
-        new = make_fx(work, tracing_mode="fake" if mode is not None else "real")(*args)
+    try:
+        with scope, torch.no_grad():
+            new = make_fx(work, tracing_mode="fake" if mode is not None else "real")(*args)
+    except Exception:  # NOTE: any guard the failed re-trace added only narrows the check
+        return gm
     results = _outputs(new)
     fixed = []
     for r, old in zip(results, before):
