@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Sequence
 
-import sympy
 import torch
 
 _CONV = torch.ops.aten.convolution.default
@@ -39,6 +38,8 @@ _CLONE = torch.ops.aten.clone.default
 
 def _expr(d: Any) -> Any:
     """A size or stride as a sympy expression (a SymInt's, without a guard), or the int."""
+    import sympy  # NOTE: lazily: a saved entry's process imports this module (the op) without it
+
     return d.node.expr if isinstance(d, torch.SymInt) else sympy.Integer(d)
 
 
@@ -114,6 +115,8 @@ def channels_last(gm: torch.fx.GraphModule, mode: Any, args: Sequence[Any]) -> t
 
 def _contiguous_exprs(v: torch.Tensor, old: tuple[Any, ...]) -> bool:
     """Whether the strides `old` (expressions) are the contiguous strides of `v`'s sizes."""
+    import sympy
+
     want = sympy.Integer(1)
     for size, stride in reversed(list(zip(v.shape, old))):
         if sympy.simplify(stride - want) != 0:
