@@ -53,7 +53,9 @@ def _outputs(gm: torch.fx.GraphModule) -> list[Any]:
 
 
 def _convolutions(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    """The 2-D, not transposed, convolutions whose input is not channels-last already."""
+    """The 2-D convolutions (a 4-D input), not transposed ones: those are left as they are (not
+    measured; a training graph's input gradients, transposed convolutions of its own making,
+    `inductor._conv_input_grad`, follow the layout of the gradient they read)."""
     found = []
     for n in gm.graph.nodes:
         if n.op != "call_function" or n.target is not _CONV or n.args[6]:
@@ -123,7 +125,6 @@ def _contiguous_exprs(v: torch.Tensor, old: tuple[Any, ...]) -> bool:
             return False
         want = want * _expr(size)
     return True
-
 
 
 # -- max pooling's backward as ATen's kernel -----------------------------------------------------
