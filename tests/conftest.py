@@ -10,6 +10,7 @@ A failure it finds becomes an `@example` case in the test, so `ci` keeps checkin
 from __future__ import annotations
 
 import os
+from typing import Iterator
 
 import pytest
 import torch
@@ -26,6 +27,23 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _background_done() -> Iterator[None]:
+    """After each test, its guarded functions' background traces have finished (at most 120 s).
+
+    NOTE: a background trace records state reads by patching `nn.Module.__getattribute__`
+    process-wide while it runs; a later test's torch.compile traced that patch and compiled no
+    frame ("Dynamo does not know how to trace method `get` of class `ContextVar`")."""
+    yield
+    import threading
+    import time
+
+    end = time.monotonic() + 120
+    for t in threading.enumerate():
+        if t.name.startswith("guardsolve:") and t is not threading.current_thread():
+            t.join(timeout=max(0.0, end - time.monotonic()))
 
 
 # The notebook's guard graph for `a + b` on two [4] tensors, exactly as it prints it.
