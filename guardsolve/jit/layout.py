@@ -8,10 +8,10 @@ the example's sizes, which pins every image size, so it is off for training grap
 (`inductor._standalone`), and it left an inference graph at symbolic sizes contiguous (a U-Net's
 large call 1.17x torch.compile's; 0.97x with this pass). This pass does the same work in the
 graph instead, before Inductor (and AOTAutograd, which traces the joint graph from it) sees it:
-each 2-D convolution's input and weight become channels-last copies,
-so every stride that follows is an expression of the symbolic sizes (`C*W`, `C`, ...), and one
-compile serves every image size. A graph output that the pass restrided is copied back to the strides
-it had (contiguous), so what the caller gets is laid out as eager's.
+each 2-D convolution's input and weight become channels-last copies, so every stride that
+follows is an expression of the symbolic sizes (`C*W`, `C`, ...), and one compile serves every
+image size. A graph output that the pass restrided is copied back to the strides it had
+(contiguous), so what the caller gets is laid out as eager's.
 
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
@@ -72,8 +72,7 @@ def channels_last(gm: torch.fx.GraphModule, mode: Any, args: Sequence[Any]) -> t
     out as before; `gm` itself where it has no such convolution, where an output it restrides
     was not contiguous (its layout is kept as it was rather than guessed), or where the re-trace
     fails (the graph is compiled as it was: slower, not wrong)."""
-    convs = _convolutions(gm)
-    if not convs:
+    if not _convolutions(gm):
         return gm
     before = [_strides(r.meta.get("val")) if isinstance(r, torch.fx.Node) else None for r in _outputs(gm)]
     work = torch.fx.GraphModule(gm, gm.graph.__deepcopy__())
@@ -83,7 +82,8 @@ def channels_last(gm: torch.fx.GraphModule, mode: Any, args: Sequence[Any]) -> t
         x, w = n.args[0], n.args[1]
         with work.graph.inserting_before(n):
             x = work.graph.call_function(_CLONE, (x,), {"memory_format": torch.channels_last})
-            if isinstance(w, torch.fx.Node) and isinstance(w.meta.get("val"), torch.Tensor) and w.meta["val"].dim() == 4:
+            wv = w.meta.get("val") if isinstance(w, torch.fx.Node) else None
+            if isinstance(wv, torch.Tensor) and wv.dim() == 4:
                 w = work.graph.call_function(_CLONE, (w,), {"memory_format": torch.channels_last})
         n.args = (x, w, *n.args[2:])
     work.recompile()

@@ -598,10 +598,10 @@ def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequenc
     backend: list[Any] = []
     for k, run in enumerate(plan.runs):
         used = tuple(run_ns[c] for c in plan._consts(k))
-        # NOTE: the ops (canonical names) and where each constant's values live: a view made
-        # again by another trace (`w[e]`) is the same constant
-        # NOTE: and the kinds of the inputs the example handed it, which its check does not
-        # hold (`inductor._segmented`): within one trace they follow from the entry's check
+        # NOTE: the ops (canonical names), where each constant's values live (a view made again
+        # by another trace, `w[e]`, is the same constant), and the kinds of the inputs the
+        # example handed it, which its check does not hold (`inductor._segmented`): within one
+        # trace they follow from the entry's check
         key = (keys[k], tuple((c.untyped_storage().data_ptr(), c.storage_offset(), tuple(c.shape),
                                c.stride(), c.dtype) for c in used), _kinds(seen.get(k)))
         if shared is not None and key in shared:
