@@ -5,6 +5,7 @@ checked between segments, compared with eager on every call."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 import torch
@@ -173,3 +174,86 @@ def test_the_report_lists_the_segments_and_the_decisions_on_data(tmp_path, capsy
                      r"    then, on the data: v0\.item\(\) > 0\.0" + at +
                      r"    segment 1: 3 ops \(aten\.relu\.default, aten\.mul\.Tensor, aten\.sum\.dim_IntList\), compiled at "
                      r"symbolic sizes\n", out), out
+
+
+def hit_columns(x: torch.Tensor) -> torch.Tensor:
+    """Iterates over the rows of a `nonzero`: how many there are is counted from the data."""
+    hit = (x.sum(0) > 0).nonzero()
+    out = x.new_zeros(x.shape[0])
+    for i in hit:
+        out = out + x.index_select(1, i).sum(1)
+    return out
+
+
+def test_iterating_over_rows_counted_from_data_pins_their_count() -> None:
+    """`for i in x.nonzero()`: `unbind`'s shape rule needs the count as an int, so the trace pins
+    it (a value bailout, `count == n`) instead of refusing the program; a call with another
+    count fails that bailout and is traced for its own count; every call equals eager's,
+    counts 0 and 1 included."""
+    t = guardsolve.trace(hit_columns, torch.tensor([[1.0, -1.0, 2.0]]), value_guards=True)
+    pins = [n for n in t.graph.nodes if n.op.value == "int_eq"
+            and any(m.op.value == "size_index" and m.outputs[0] in n.inputs for m in t.graph.nodes)]
+    assert pins, "the count is pinned by a value bailout"
+    g = guardsolve.guarded(hit_columns, value_guards=True)
+    gen = torch.Generator().manual_seed(0)
+    counts = set()
+    for rows, cols, shift in [(3, 4, 0.0), (2, 6, 0.0), (3, 4, -9.0), (5, 3, 9.0), (1, 5, 0.0), (4, 4, 0.0)]:
+        x = torch.randn(rows, cols, generator=gen) + shift
+        counts.add(int((x.sum(0) > 0).sum()))
+        assert torch.equal(g(x), hit_columns(x))
+    x = torch.full((2, 3), -1.0)
+    x[:, 1] = 1.0  # NOTE: exactly one column hit
+    counts.add(1)
+    assert torch.equal(g(x), hit_columns(x))
+    info = g.cache_info()
+    assert info.eager_calls == 0, info.eager_reasons
+    assert 0 in counts and info.traces <= len(counts) + 1, (counts, info)
+
+
+def test_attention_without_dropout_before_a_decision_on_data_can_be_cut() -> None:
+    """`scaled_dot_product_attention` is tagged random (its dropout); at `dropout_p=0.0` it draws
+    nothing, so a trace that attends before deciding on data is still cut into segments, while
+    dropout in training before the decision is still refused."""
+
+    def attend_then_route(drop: float) -> Any:
+        def f(q: torch.Tensor) -> torch.Tensor:
+            h = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+            h = torch.nn.functional.dropout(h, drop, training=drop > 0)
+            out = h.new_zeros(())
+            for i in (h.sum(-1) > 0).flatten().nonzero():
+                out = out + h.flatten(0, -2)[i[0]].sum()
+            return out
+        return f
+
+    q = torch.randn(1, 4, 8, generator=torch.Generator().manual_seed(1))
+    assert state_writes(Plan.of(guardsolve.trace(attend_then_route(0.0), q, value_guards=True))) is None
+    why = state_writes(Plan.of(guardsolve.trace(attend_then_route(0.5), q, value_guards=True)))
+    assert why is not None and "random stream" in why, why
+
+
+@pytest.mark.slow
+def test_olmoe_with_its_expert_loop_runs_as_compiled_segments() -> None:
+    """transformers' OLMoE with its eager experts (per expert: `for expert_idx in
+    expert_hit`, `torch.where`, `index_add_`), where torch.compile breaks its graph at each
+    `nonzero`: served as compiled segments, no eager call, every call equal to eager's."""
+    pytest.importorskip("transformers")
+    from transformers import OlmoeConfig, OlmoeModel
+
+    torch.manual_seed(0)
+    cfg = OlmoeConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=32, num_attention_heads=2,
+                      num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, vocab_size=100,
+                      max_position_embeddings=64, use_cache=False, experts_implementation="eager",
+                      eos_token_id=0, bos_token_id=0, pad_token_id=0)
+    model = OlmoeModel(cfg).eval()
+
+    def hidden(ids: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=ids).last_hidden_state
+
+    g = guardsolve.guarded(hidden, backend="inductor", value_guards=True)
+    with torch.no_grad():
+        for n in (12, 3, 20, 9, 30, 5):
+            ids = torch.randint(0, 100, (1, n))
+            assert torch.allclose(g(ids), hidden(ids), atol=1e-5)
+    info = g.cache_info()
+    assert info.eager_calls == 0, info.eager_reasons
+    assert info.compiles >= 1 and info.hits >= 1, info

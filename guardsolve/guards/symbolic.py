@@ -173,6 +173,9 @@ class Recorder:
         self.local_blocked: str | None = None  # why replaying single calls cannot stand in for a trace
         self.user_at: list[tuple[int, str, bool]] = []  # the user's decisions, each before call N
         self.products: dict[str, tuple[str, str]] = {}  # int_mul nodes of the guard graph, by name
+        # NOTE: a size an op counted from data, by its guard-graph name: the first traced tensor
+        # (name, dim) that has it, so a shape rule that needs its value can name it (`_pin_at_op`)
+        self.data_sizes: dict[str, tuple[str, Op, int]] = {}
         self.rules: Any = None  # PyTorch's shape rules for this trace (a `rules.RuleCache`)
         self.real: Any = None  # eager's output of the op whose shape rule runs now (tracing only)
         self.meta_first = False  # run each op's shape rule before its eager kernel (`solve.paths`' probes)
@@ -458,6 +461,47 @@ class SymGuard(SymNode):
         rec = self.rec
         return (self.data is not None and not self.const and rec.value_guards and rec.depth == 0
                 and rec.trace is not None and not rec.muted)
+
+    def _pin_at_op(self) -> bool:
+        """Decide this value read from data (a count, `.item()`'s value) where the shape rule of
+        an op user code called needs it (depth 1: `for row in x.nonzero()` unbinds the count
+        into that many tensors, after asking whether it is 0), in a trace that records value
+        bailouts: each value read from data that it is computed from is pinned to its value
+        now, a value bailout checked on each call's data (a compiled entry cuts there), as
+        `int(v)` in user code would. The trace then holds for those values only. False (and
+        nothing recorded) where one of them has no name in the trace.
+
+        >>> rec = Recorder(Graph(), value_guards=True)
+        >>> u = rec.unbacked("nonzero", 3); u.t = "v0"
+        >>> rec.depth = 1
+        >>> u.eq(u._wrap(0)).bool_(), u.const, rec.trace.nodes[-1].op.value
+        (False, True, 'bool_bailout')
+        """
+        rec = self.rec
+        if not (rec.value_guards and rec.depth == 1 and rec.trace is not None and not rec.muted):
+            return False
+        leaves: list[SymGuard] = []
+        todo: list[Any] = [self]
+        while todo:
+            n = todo.pop()
+            if not isinstance(n, SymGuard) or n.const or n.data is None:
+                continue
+            if n.t is None and n.origin is None and n.g in rec.data_sizes:
+                n.origin = rec.data_sizes[n.g]
+            if n.t is not None or n.origin is not None:
+                if all(n is not m for m in leaves):
+                    leaves.append(n)
+            elif n.why is not None and n.why[0] != "range":
+                todo.extend(n.why[1:])
+            else:
+                return False
+        for n in leaves:
+            if n.pytype is not int:
+                return False
+        for n in leaves:
+            n._data_bailout(int(n.hint))
+            n.const = True  # NOTE: decided: later arithmetic on it is plain ints
+        return True
 
     def _data_op(self, op: Op, args: tuple["SymGuard", ...], value: Any) -> "SymGuard":
         """`op(*args)` over a value read from data, in the tensor trace only (ints and floats
@@ -812,6 +856,8 @@ class SymGuard(SymNode):
             return bool(self.hint)
         if self.data is not None:
             known = _static(self)
+            if known is None and self._pin_at_op():
+                return bool(self.hint)
             if known is None:
                 raise self._data_dependent()
             return known  # NOTE: true (or false) for every value of the unbacked sizes: no guard
@@ -824,6 +870,8 @@ class SymGuard(SymNode):
         return bool(self.hint)
 
     def guard_int(self, file: str, line: int) -> int:
+        if self.data is not None and not self.const and self._pin_at_op():
+            return int(self.hint)
         if not self.const:
             self.eq(self._wrap(self.hint)).guard_bool(file, line)
         return self.hint

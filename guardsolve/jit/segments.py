@@ -673,6 +673,31 @@ def _compile_segment(seg: Segment, core: Callable[..., Any], used: tuple[torch.T
     return compile_one(sub, example)
 
 
+# NOTE: an argument of a random op at which it draws nothing (no dropout at probability 0 or
+# outside training: attention's `dropout_p=0.0`, `dropout(x, p, train=False)`). Rule table.
+_DRAWS_NOTHING_AT: dict[str, Any] = {"dropout_p": 0.0, "p": 0.0, "train": False}
+
+
+def draws_random(func: Any, args: list[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether the call draws from the random stream: an op PyTorch tags as seeded, unless an
+    argument says it draws nothing (`_DRAWS_NOTHING_AT`).
+
+    >>> aten = torch.ops.aten
+    >>> draws_random(aten.scaled_dot_product_attention.default, [None, None, None, None, 0.0], {})
+    False
+    >>> draws_random(aten.native_dropout.default, [None, 0.5, True], {})
+    True
+    """
+    if torch.Tag.nondeterministic_seeded not in func.tags:
+        return False
+    for k, a in enumerate(func._schema.arguments):
+        value = args[k] if k < len(args) else kwargs.get(a.name, a.default_value if a.has_default_value() else None)
+        if a.name in _DRAWS_NOTHING_AT and type(value) is type(_DRAWS_NOTHING_AT[a.name]) \
+                and value == _DRAWS_NOTHING_AT[a.name]:
+            return False
+    return True
+
+
 def state_writes(plan: Plan) -> str | None:
     """Why the trace cannot be cut: an op writes a tensor it did not make (an input, a buffer),
     or draws random numbers, before a decision on data, which a call that fails that decision
@@ -692,7 +717,7 @@ def state_writes(plan: Plan) -> str | None:
             continue
         func = resolve(str(n.params["fn"]))
         schema = func._schema
-        if torch.Tag.nondeterministic_seeded in func.tags:
+        if draws_random(func, list(n.params["args"]), dict(n.params.get("kwargs") or {})):
             loc = n.meta.get("loc")
             return (f"{n.params['fn']} draws from the random stream before a decision on data"
                     f"{f' ({loc})' if loc is not None else ''}")

@@ -68,6 +68,15 @@ def _aliased(rec: Recorder, size: Any, name: str, kind: Op, index: int = 0) -> A
     return size
 
 
+def _name_data_sizes(rec: Recorder, m: torch.Tensor, name: str) -> None:
+    """Remember, for each size of `m` an op counted from data, that tensor `name` has it at
+    that dim (the first such tensor keeps it)."""
+    for i, d in enumerate(m.shape):
+        node = d.node if isinstance(d, torch.SymInt) else None
+        if isinstance(node, SymGuard) and node.data is not None and node.g is not None:
+            rec.data_sizes.setdefault(node.g, (name, Op.VAR_SIZE, i))
+
+
 class TracedTensor(torch.Tensor):
     """A tensor of a trace: `eager` (what eager PyTorch computes), `symbolic` (a meta tensor over
     symbolic sizes), `tname` (its name in the tensor trace)."""
@@ -471,6 +480,8 @@ class TracingMode(TorchDispatchMode):
                         out.append(same)
                     else:
                         made = TracedTensor(r, m, name, rec, requires_grad=False)
+                        if rec._unbacked > rec.unbacked_at:
+                            _name_data_sizes(rec, m, name)
                         if may_grad:
                             made.derived = True
                             made.eager_grad = None if grads is None else grads[k]
