@@ -235,7 +235,8 @@ def test_attention_without_dropout_before_a_decision_on_data_can_be_cut() -> Non
 def test_olmoe_with_its_expert_loop_runs_as_compiled_segments() -> None:
     """transformers' OLMoE with its eager experts (per expert: `for expert_idx in
     expert_hit`, `torch.where`, `index_add_`), where torch.compile breaks its graph at each
-    `nonzero`: served as compiled segments, no eager call, every call equal to eager's."""
+    `nonzero`: served as compiled segments, no eager call, every call equal to eager's; a
+    repeated call runs one path (the entry its data takes is tried first)."""
     pytest.importorskip("transformers")
     from transformers import OlmoeConfig, OlmoeModel
 
@@ -251,9 +252,20 @@ def test_olmoe_with_its_expert_loop_runs_as_compiled_segments() -> None:
 
     g = guardsolve.guarded(hidden, backend="inductor", value_guards=True)
     with torch.no_grad():
-        for n in (12, 3, 20, 9, 30, 5):
+        for n in (12, 1, 3, 20, 2, 9, 1, 30):
             ids = torch.randint(0, 100, (1, n))
             assert torch.allclose(g(ids), hidden(ids), atol=1e-5)
+        # NOTE: a decode-sized call: entries traced at longer prompts accept its sizes, and their
+        # segments diverge on its routing; the entry that serves it is tried first from then on
+        one = torch.randint(0, 100, (1, 1))
+        assert torch.allclose(g(one), hidden(one), atol=1e-5)
+        g.wait_background()
+        assert torch.allclose(g(one), hidden(one), atol=1e-5)
+        log = g.cache_info().miss_reasons
+        for _ in range(2):
+            assert torch.allclose(g(one), hidden(one), atol=1e-5)
+            assert g.last_call.how == "compiled", g.last_call
+        assert g.cache_info().miss_reasons == log  # NOTE: no segments diverged on the way
     info = g.cache_info()
     assert info.eager_calls == 0, info.eager_reasons
-    assert info.compiles >= 1 and info.hits >= 1, info
+    assert info.compiles >= 1 and info.hits >= 3, info

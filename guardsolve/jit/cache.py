@@ -364,11 +364,25 @@ class GuardedFunction:
             self._load()
         names, values = self._bind(args, kwargs)
         entries = self._entries
-        for e in entries:
+        self._tls.diverged = False
+        for i, e in enumerate(entries):
             out = self._try(e, names, values)
             if out is not _MISS:
+                if i and self._tls.diverged:
+                    self._first(e)
                 return self.fn(*args, **kwargs) if out is _EAGER else out
         return self._miss(args, kwargs, names, values, entries)
+
+    def _first(self, e: Entry) -> None:
+        """`e` tried first from now on: the path this call's data took, after an earlier entry's
+        segments diverged on it (a stream of like calls then runs one path, no divergence).
+        Under the lock that publishes entries, and only when it is free (a hit never waits for
+        a trace)."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._entries = (e, *[x for x in self._entries if x is not e])
+            finally:
+                self._lock.release()
 
     def _try(self, e: Entry, names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
         if e.names is not names and e.names != names:
@@ -395,6 +409,7 @@ class GuardedFunction:
                         # run computed where its prefix is this one's
                         out = self._resume(e, failure, names, values)
                         if out is _MISS:
+                            self._tls.diverged = True
                             self._log.append(f"entry {self._entries.index(e) if e in self._entries else '?'}: {failure}")
                             return _MISS
                         return out
@@ -444,10 +459,11 @@ class GuardedFunction:
         seen = {id(e)}
         while isinstance(failure, Diverged):
             for other in self._entries:
-                if id(other) in seen or other.names != names or (other.state is not None and not other.state()):
+                if id(other) in seen or other.names != names:
                     continue
+                # NOTE: sizes first: its state check (every attribute the trace read) costs more
                 v = next((v for v in other.variants if v.segments is not None and v.check(*values)), None)
-                if v is None:
+                if v is None or (other.state is not None and not other.state()):
                     continue
                 try:
                     out = v.segments.resume(failure)
@@ -457,14 +473,7 @@ class GuardedFunction:
                     break
                 if out is NotImplemented:
                     continue
-                if self._lock.acquire(blocking=False):
-                    # NOTE: the path this data took is tried first next time (a stream of like
-                    # calls then runs one path, no divergence); under the lock that publishes
-                    # entries, and only when it is free (a hit never waits for a trace)
-                    try:
-                        self._entries = (other, *[x for x in self._entries if x is not other])
-                    finally:
-                        self._lock.release()
+                self._first(other)
                 v._hits.inc()
                 other._hits.inc()
                 self._hits.inc()
