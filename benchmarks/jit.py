@@ -22,7 +22,8 @@ benchmarks/JIT.md with this command line; `--quick` runs two small workloads wit
 (a smoke run); `--restart` runs the restart rows alone (a minute or two; with `--write` they
 replace that part of JIT.md). `--reach` runs, alone, the programs of issue 48: a U-Net with
 bilinear interpolate skips, a ViT whose position table is resized by bicubic interpolate, GPT-2
-over decode-sized calls (seq 1) mixed with prompts, an `.item()` branch and top-2 MoE routing,
+over decode-sized calls (seq 1) mixed with prompts, an `.item()` branch, top-2 MoE routing and
+transformers' OLMoE with its eager expert loop,
 each against eager, torch.compile by default and torch.compile with Dynamo's
 `capture_scalar_outputs` and `capture_dynamic_output_shape_ops`; it reports compiles, calls run
 eagerly, wall, repeated calls (medians) and outputs that differ from eager's; with `--write` it
@@ -450,6 +451,26 @@ def make_moe(d: int = 16, experts: int = 4) -> Callable[[torch.Tensor], torch.Te
     return moe
 
 
+class OlmoeHidden(torch.nn.Module):
+    """transformers' OLMoE (1 layer, 32 wide, 4 experts, top-2; random weights) with its eager
+    experts (`experts_implementation="eager"`: per expert hit, `for expert_idx in expert_hit`
+    over a `nonzero`, `torch.where`, `index_add_`), called on input ids alone: its last hidden
+    state. transformers' default experts (`grouped_mm`) decide nothing on data."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from transformers import OlmoeConfig, OlmoeModel
+
+        cfg = OlmoeConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=32, num_attention_heads=2,
+                          num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, vocab_size=100,
+                          max_position_embeddings=64, use_cache=False, experts_implementation="eager",
+                          eos_token_id=0, bos_token_id=0, pad_token_id=0)
+        self.model = OlmoeModel(cfg).eval()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids).last_hidden_state
+
+
 def _signed(shape: tuple[int, ...], sign: float) -> torch.Tensor:
     return torch.randn(shape) + sign
 
@@ -503,6 +524,10 @@ def reach_workloads() -> list[ReachWorkload]:
                       lambda: torch.randn(4, 16), lambda: torch.randn(512, 16),
                       f"tokens {moe_tokens}; at 1 token two experts get none (`continue`); "
                       "guarded(..., value_guards=True)", value_guards=True),
+        ReachWorkload("OLMoE (transformers, 1 layer, 4 experts, top-2), its eager expert loop", OlmoeHidden,
+                      lambda: [ids(1, s) for s in gpt_seqs], lambda: ids(1, 1), lambda: ids(1, 30),
+                      f"sequence lengths {gpt_seqs}; `for expert_idx in expert_hit` (a `nonzero`), "
+                      "`torch.where` per expert; guarded(..., value_guards=True)", value_guards=True),
     ]
 
 
@@ -788,7 +813,7 @@ def main() -> None:
                          "load them); with --write, they replace that part of benchmarks/JIT.md")
     ap.add_argument("--reach", action="store_true",
                     help="the rows of issue 48's programs alone (U-Net and ViT interpolate, GPT-2 at seq 1, an "
-                         ".item() branch, MoE routing) against torch.compile with and without its capture flags; "
+                         ".item() branch, MoE routing, OLMoE) against torch.compile with and without its capture flags; "
                          "with --write, they replace that section of benchmarks/JIT.md")
     ap.add_argument("--only", help="with --reach: the programs whose name contains this")
     args = ap.parse_args()

@@ -250,6 +250,21 @@ def test_a_weight_that_starts_requiring_grad_in_place_is_seen() -> None:
     assert torch.allclose(want, net.weight.grad)
 
 
+def test_a_weight_replaced_by_one_of_other_strides_is_named_by_its_strides() -> None:
+    """The same values, dtype and shape, transposed strides: the entry no longer holds, and the
+    miss says which part changed (the words for a tensor do not show strides)."""
+    torch.manual_seed(0)
+    net = nn.Linear(8, 16)
+    g = guardsolve.guarded(lambda x: net(x))
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        assert torch.equal(g(x), net(x))
+        net.weight = nn.Parameter(net.weight.detach().t().contiguous().t())
+        why = g.entries[0].state.failure() or ""
+        assert "strides (1, 16) where the entry read (8, 1)" in why, why
+        assert torch.allclose(g(x), net(x))
+
+
 def test_a_c_object_read_by_the_function_is_not_saved_and_said_once(tmp_path: pathlib.Path) -> None:
     """functools.partial is a C type made at run time (a heap type): its bound arguments are not
     in its `__dict__`, so a loaded entry could not compare them. A second process with

@@ -533,11 +533,24 @@ def _same(leaf: Leaf, cur: Any) -> bool:
     raise AssertionError(leaf.kind)
 
 
+# NOTE: the fields of `_tensor_meta` a miss names when they changed (None: shown already)
+_TENSOR_FIELDS = ("type", None, "device", "layout", None, "strides", None)
+
+
+def _short(v: Any) -> str:
+    return v.__name__ if isinstance(v, type) else str(v)
+
+
 def _show(leaf: Leaf, cur: Any) -> str:
     match leaf.kind:
         case "tensor" if isinstance(cur, torch.Tensor):
-            _, dt, dev, lay, shape, stride, rg = _tensor_meta(cur)
-            return f"a {str(dt).removeprefix('torch.')} tensor {list(shape)}, requires_grad={rg}"
+            now = _tensor_meta(cur)
+            _, dt, dev, lay, shape, stride, rg = now
+            text = f"a {str(dt).removeprefix('torch.')} tensor {list(shape)}, requires_grad={rg}"
+            # NOTE: what the words above do not show (its type, device, layout, strides), where it changed
+            changed = [f"{what} {_short(a)} where the entry read {_short(b)}"
+                       for what, a, b in zip(_TENSOR_FIELDS, now, leaf.meta or ()) if what and a != b]
+            return text + (f" ({'; '.join(changed)})" if changed else "")
         case "object":
             return f"another {type(cur).__name__}"
         case "length":
