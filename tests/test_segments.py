@@ -269,3 +269,21 @@ def test_olmoe_with_its_expert_loop_runs_as_compiled_segments() -> None:
     info = g.cache_info()
     assert info.eager_calls == 0, info.eager_reasons
     assert info.compiles >= 1 and info.hits >= 3, info
+
+
+def test_a_segment_whose_variant_never_takes_a_size_class_keeps_no_growing_timings() -> None:
+    """Calls of a size class that the compiled variant's check refuses run eagerly; the timing
+    of that class stops at its trials (a long-running server's calls do not grow it)."""
+    from guardsolve.jit.segments import _TRIALS, Segment
+
+    class Refusing:
+        def check(self, *args: Any) -> bool:
+            return False
+
+    seg = Segment(0, ("x",), ("y",), 3, lambda x: x * 2, (), variants=[Refusing()])
+    x = torch.ones(5)
+    for _ in range(50):
+        assert torch.equal(seg(x), x * 2)
+    compiled, eager = seg.timed[x.numel().bit_length()]
+    assert compiled == [] and len(eager) == _TRIALS
+    assert seg.eager_calls.value == 50
