@@ -3,7 +3,8 @@
     python examples/segments.py
 
 `route` branches on a value `.item()` reads; `moe` routes tokens to experts with a `nonzero`
-per expert and skips an expert no token chose. Under `guarded(..., backend="inductor")` each
+per expert and skips an expert no token chose; `moe_hit` loops over the experts some token chose,
+as transformers' MoE layers do. Under `guarded(..., backend="inductor")` each
 trace is cut where the program reads data: the tensor ops between two cuts are compiled at
 symbolic sizes (a size `nonzero` counted is an input size of the next segment), the decisions
 on data are checked between segments, and a call whose data takes another path continues in
@@ -47,6 +48,27 @@ def make_moe(d: int = 16, experts: int = 4) -> object:
     return moe
 
 
+def make_hit_experts(d: int = 16, experts: int = 4) -> object:
+    """Top-2 routing as transformers' MoE layers loop (OLMoE, Mixtral with their eager experts):
+    over the experts some token chose (`for e in hit`, a `nonzero`), then `torch.where` of that
+    expert's rows of the routing mask. Iterating over the `nonzero` needs its count as an int:
+    each count is a path of its own."""
+    gate, weights = torch.randn(d, experts), torch.randn(experts, d, d) * 0.3
+
+    def moe_hit(x: torch.Tensor) -> torch.Tensor:
+        top, idx = (x @ gate).softmax(-1).topk(2, dim=-1)
+        mask = torch.nn.functional.one_hot(idx, experts).permute(2, 1, 0)
+        hit = (mask.sum((-1, -2)) > 0).nonzero()
+        out = torch.zeros_like(x)
+        for e in hit:
+            slot, tok = torch.where(mask[e[0]])
+            h = x[tok] @ weights[e[0]]
+            out = out.index_add(0, tok, h * top[tok, slot, None])
+        return out
+
+    return moe_hit
+
+
 def main() -> None:
     torch.manual_seed(0)
     fast_route = guardsolve.guarded(route, backend="inductor")
@@ -66,6 +88,16 @@ def main() -> None:
     i = fast_moe.cache_info()
     print(f"moe: {i.traces} traces (paths), {i.compiles} compiles (segments shared by the paths), {i.hits} hits, "
           f"{i.eager_calls} eager calls, over token counts 1 to 64")
+
+    moe_hit = make_hit_experts()
+    fast_hit = guardsolve.guarded(moe_hit, backend="inductor")
+    with torch.no_grad():
+        for n in [8, 1, 16, 2, 32, 12, 1, 24]:
+            x = torch.randn(n, 16)
+            assert torch.allclose(fast_hit(x), moe_hit(x), atol=1e-5)
+    i = fast_hit.cache_info()
+    print(f"moe over the experts hit: {i.traces} traces (paths), {i.compiles} compiles, {i.hits} hits, "
+          f"{i.eager_calls} eager calls")
 
 
 if __name__ == "__main__":
