@@ -389,6 +389,7 @@ def test_data_dependent_control_flow_names_the_line() -> None:
     lambda x: x[x > 0] * 2,
     lambda x: torch.masked_select(x, x > 1) + 1,
     lambda x: torch.nonzero(x).float().mean(0),
+    lambda x: x[x > 1].sum() + x[x > 0].sum(),  # NOTE: two masks of one shape, counts of their own
 ])
 def test_data_shaped_outputs_get_unbacked_sizes(fn) -> None:
     """An op whose output size depends on data gets a fresh unbacked size (as FakeTensor's

@@ -755,6 +755,7 @@ class RuleCache:
                 rec.g_bailout(g, expect, rec.loc)
             return tree_map(_fresh(rec), out)
         outer, rec.capture = rec.capture, []
+        counted = rec._unbacked
         try:
             out = shape_rule(func, args, kwargs, rec)
             guards = rec.capture
@@ -764,7 +765,9 @@ class RuleCache:
             captured, rec.capture = rec.capture, outer
             if outer is not None:
                 outer.extend(captured)
-        if key is not None and all(_cacheable(x) for x in flatten(out)[0]):
+        # NOTE: nor a rule that counted a size from data inside (`index` with a bool mask runs
+        # `nonzero`): the next call on masks of the same shape counts its own
+        if key is not None and rec._unbacked == counted and all(_cacheable(x) for x in flatten(out)[0]):
             self.entries[key] = (out, guards)
         return out
 
