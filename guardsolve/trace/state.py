@@ -548,8 +548,11 @@ def _show(leaf: Leaf, cur: Any) -> str:
             _, dt, dev, lay, shape, stride, rg = now
             text = f"a {str(dt).removeprefix('torch.')} tensor {list(shape)}, requires_grad={rg}"
             # NOTE: what the words above do not show (its type, device, layout, strides), where it changed
+            # (strides only at the same shape: another shape has other strides anyway)
+            same_shape = leaf.meta is not None and leaf.meta[4] == now[4]
             changed = [f"{what} {_short(a)} where the entry read {_short(b)}"
-                       for what, a, b in zip(_TENSOR_FIELDS, now, leaf.meta or ()) if what and a != b]
+                       for what, a, b in zip(_TENSOR_FIELDS, now, leaf.meta or ())
+                       if what and a != b and (what != "strides" or same_shape)]
             return text + (f" ({'; '.join(changed)})" if changed else "")
         case "object":
             return f"another {type(cur).__name__}"
