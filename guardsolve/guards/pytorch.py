@@ -235,7 +235,12 @@ def pytorch_rules(rec: Recorder, signature: tuple[Param, ...], reads: dict[str, 
             rec.g_bailout(b.name, expect, rec.loc)
             return
         if isinstance(b, torch.SymBool) and b.node.data is not None:
-            return  # NOTE: a check on a value read from tensor data: the replay makes it
+            # NOTE: a check on a value read from tensor data: the replay makes it; an opaque
+            # bailout here, as the trace's own guard graph has (`SymGuard._data_bailout`)
+            _pinned(b.node, expect)
+            name = current["node"].inputs[0]
+            rec.g_bailout(rec.guards.emit(Op.BOOL_OPAQUE, (), meta={"loc": rec.loc}, name=name), expect, rec.loc)
+            return
         extra, rec.extra = rec.extra, {**rec.extra, "user": True}  # NOTE: the program's own decision, as a trace records it
         try:
             got = b.node.guard_bool("", 0) if isinstance(b, torch.SymBool) else bool(b)
@@ -268,6 +273,19 @@ def pytorch_rules(rec: Recorder, signature: tuple[Param, ...], reads: dict[str, 
         Op.VAR_TO_BOOL: opaque,
         Op.ATEN: call,
     }, enter)
+
+
+def _pinned(check: SymGuard, expect: bool) -> None:
+    """A value bailout that pins a count read from data (`count == 3`, expected true: the trace
+    recorded it where a shape rule needed the count as an int, `SymGuard._pin_at_op`) decides
+    the count for the rules that follow, as it did while tracing."""
+    if not expect or check.why is None or check.why[0] is not Op.INT_EQ:
+        return
+    _, a, b = check.why
+    for count, value in ((a, b), (b, a)):
+        if (isinstance(count, SymGuard) and count.data is not None and not count.const and count.why is None
+                and isinstance(value, SymGuard) and value.const):
+            count.hint, count.const = value.hint, True
 
 
 def pytorch_guard_graph(graph: Graph, signature: tuple[Param, ...], *, reads: dict[str, Any] | None = None,
