@@ -495,9 +495,8 @@ class SymGuard(SymNode):
                 todo.extend(n.why[1:])
             else:
                 return False
-        for n in leaves:
-            if n.pytype is not int:
-                return False
+        if any(n.pytype is not int for n in leaves):
+            return False
         for n in leaves:
             n._data_bailout(int(n.hint))
             n.const = True  # NOTE: decided: later arithmetic on it is plain ints

@@ -364,11 +364,13 @@ class GuardedFunction:
             self._load()
         names, values = self._bind(args, kwargs)
         entries = self._entries
-        self._tls.diverged = False
-        for i, e in enumerate(entries):
+        diverged = False
+        for e in entries:
             out = self._try(e, names, values)
-            if out is not _MISS:
-                if i and self._tls.diverged:
+            if out is _DIVERGED:
+                diverged = True
+            elif out is not _MISS:
+                if diverged:
                     self._first(e)
                 return self.fn(*args, **kwargs) if out is _EAGER else out
         return self._miss(args, kwargs, names, values, entries)
@@ -409,9 +411,8 @@ class GuardedFunction:
                         # run computed where its prefix is this one's
                         out = self._resume(e, failure, names, values)
                         if out is _MISS:
-                            self._tls.diverged = True
                             self._log.append(f"entry {self._entries.index(e) if e in self._entries else '?'}: {failure}")
-                            return _MISS
+                            return _DIVERGED
                         return out
                     except Exception as err:
                         # NOTE: a kernel's own error (an index out of range in data): eager gives
@@ -545,7 +546,7 @@ class GuardedFunction:
                 for e in self._entries:  # NOTE: published since this call looked
                     if e not in seen:
                         out = self._try(e, names, values)
-                        if out is not _MISS:
+                        if out is not _MISS and out is not _DIVERGED:
                             return self.fn(*args, **kwargs) if out is _EAGER else out
             if not background:  # NOTE: the background's work is no call: hits + misses count calls
                 self._misses.inc()
@@ -1213,6 +1214,7 @@ class _StateWritten(Exception):
 
 
 _MISS = object()
+_DIVERGED = object()  # NOTE: a miss where the entry's segments ran and the data took another path
 # NOTE: how a call was served, as `_tls.last` records it (`last_call` words it)
 _K_HIT, _K_EAGER, _K_TRACED, _K_VARIANT = "hit", "eager", "traced", "variant"
 _MAX_PENDING = 8

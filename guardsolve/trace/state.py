@@ -545,7 +545,7 @@ def _show(leaf: Leaf, cur: Any) -> str:
     match leaf.kind:
         case "tensor" if isinstance(cur, torch.Tensor):
             now = _tensor_meta(cur)
-            _, dt, dev, lay, shape, stride, rg = now
+            _, dt, _, _, shape, _, rg = now
             text = f"a {str(dt).removeprefix('torch.')} tensor {list(shape)}, requires_grad={rg}"
             # NOTE: what the words above do not show (its type, device, layout, strides), where it changed
             # (strides only at the same shape: another shape has other strides anyway)
