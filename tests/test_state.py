@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pathlib
 import types
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -285,3 +286,254 @@ def test_a_c_object_read_by_the_function_is_not_saved_and_said_once(tmp_path: pa
     said = [str(w.message) for w in caught if "cache_dir" in str(w.message)]
     assert len(said) == 1 and "partial" in said[0], said
     assert not [p for _, _, files in os.walk(str(tmp_path)) for p in files if p.endswith(".gse")]
+
+
+# -- state a new user changed where the check did not look (found trying the project as one) ----------
+
+
+class _Factor(nn.Module):
+    factor = 2.0  # NOTE: a class attribute: `_Factor.factor = 5.0` changes every instance
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.factor
+
+
+def test_class_attribute_defaults_and_partial_keywords_are_state() -> None:
+    import functools
+
+    m = _Factor()
+    g = guardsolve.guarded(m)
+    x = torch.ones(3)
+    _same(g, m, x)
+    _Factor.factor = 5.0
+    try:
+        _same(g, m, x)
+    finally:
+        _Factor.factor = 2.0
+    assert "_Factor.factor == 2.0" in "\n".join(e.state.lines()[0] for e in g.entries)
+
+    def f(x: torch.Tensor, k: float = 2.0) -> torch.Tensor:
+        return x * k
+
+    gf = guardsolve.guarded(f)
+    _same(gf, f, x)
+    f.__defaults__ = (3.0,)  # NOTE: a new tuple: the old one, which the check held, is unchanged
+    _same(gf, f, x)
+
+    p = functools.partial(f, k=4.0)
+    gp = guardsolve.guarded(p)
+    _same(gp, p, x)
+    p.keywords["k"] = 9.0
+    _same(gp, p, x)
+
+
+def test_an_attribute_of_the_programs_own_module_is_state(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "gs_user_cfg.py").write_text("SCALE = 2.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import gs_user_cfg  # type: ignore[import-not-found]
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * gs_user_cfg.SCALE
+
+    f.__globals__["gs_user_cfg"] = gs_user_cfg
+    g = guardsolve.guarded(f)
+    x = torch.ones(3)
+    _same(g, f, x)
+    gs_user_cfg.SCALE = -1.0
+    _same(g, f, x)
+    assert g.cache_info().traces == 2
+
+
+def test_a_tensor_whose_storage_is_replaced_in_place_is_read_where_it_lives_now() -> None:
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4)
+    g = guardsolve.guarded(lin, backend="inductor")
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        _same(g, lin, x)
+        lin.weight.data = torch.randn(4, 4)  # NOTE: the same Parameter object, another storage
+        _same(g, lin, x)
+        assert g.last_call.how == "compiled" and g.cache_info().compiles == 1
+        torch.utils.swap_tensors(lin.weight, nn.Parameter(torch.randn(4, 4)))
+        _same(g, lin, x)
+        lin.double()  # NOTE: `.data =` with another dtype: a new trace, never the float32 entry
+        xd = x.double()
+        _same(g, lin, xd)
+        lin.weight.data = torch.randn(5, 4, dtype=torch.float64)  # NOTE: another shape
+        lin.bias.data = torch.randn(5, dtype=torch.float64)
+        _same(g, lin, xd)
+    s = torch.ones(3)
+
+    def scaled(x: torch.Tensor) -> torch.Tensor:
+        return x * s
+
+    gs = guardsolve.guarded(scaled, backend="inductor")
+    _same(gs, scaled, torch.ones(3))
+    s.resize_(1)  # NOTE: a size changed in place, its storage kept: the artifact's input assert, then a trace
+    s[0] = 2.0
+    _same(gs, scaled, torch.ones(3))
+    assert gs.cache_info().traces == 2
+
+
+def test_arguments_that_share_memory_with_a_write_run_eagerly() -> None:
+    def h(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        b.copy_(a * 2)
+        return a + 1
+
+    g = guardsolve.guarded(h)
+    got = g(torch.ones(3), torch.ones(3))
+    assert got.tolist() == [2.0, 2.0, 2.0]
+    for make in (lambda x: (x, x), lambda x: (x[1:], x[:-1])):
+        x, y = torch.arange(5.0), torch.arange(5.0)
+        got, want = g(*make(x)), h(*make(y))
+        assert torch.equal(got, want) and torch.equal(x, y)
+        assert "share memory" in g.last_call.why
+    # NOTE: the first call aliased: its trace is eager's run, and it keeps no entry
+    g2 = guardsolve.guarded(h)
+    x, y = torch.ones(3), torch.ones(3)
+    assert torch.equal(g2(x, x), h(y, y))
+    assert len(g2.entries) == 0
+
+
+def test_an_input_that_is_a_buffer_the_function_writes_runs_eagerly() -> None:
+    class Counter(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("cnt", torch.zeros(3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.cnt.add_(1)
+            return x + self.cnt
+
+    m, me = Counter(), Counter()
+    g = guardsolve.guarded(m)
+    with torch.no_grad():
+        assert torch.equal(g(torch.ones(3)), me(torch.ones(3)))
+        assert torch.equal(g(m.cnt), me(me.cnt)) and torch.equal(m.cnt, me.cnt)
+        assert "share memory" in g.last_call.why
+
+
+def test_untied_weights_are_two_tensors_again() -> None:
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb, self.head = nn.Embedding(30, 8), nn.Linear(8, 30, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.head(torch.tanh(self.emb(ids)))
+
+    torch.manual_seed(0)
+    m = Tied()
+    g = guardsolve.guarded(m)
+    ids = torch.randint(0, 30, (2, 4))
+    with torch.no_grad():
+        _same(g, m, ids)
+        m.head.weight = nn.Parameter(m.emb.weight.detach() * 0.5)
+        _same(g, m, ids)
+        assert "were one tensor" in str(g.cache_info().miss_reasons[-1])
+
+
+def test_what_a_failed_trace_drew_or_wrote_is_undone_before_eager_runs_it() -> None:
+    gen = torch.Generator()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x + torch.rand(x.shape, generator=gen)  # NOTE: a user generator: not traced
+
+    g = guardsolve.guarded(f)
+    gen.manual_seed(123)
+    a, a_next = g(torch.zeros(4)), torch.rand(1, generator=gen)
+    gen.manual_seed(123)
+    b, b_next = f(torch.zeros(4)), torch.rand(1, generator=gen)
+    assert torch.equal(a, b) and torch.equal(a_next, b_next)
+
+    bn = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6))
+    gb = guardsolve.guarded(bn)
+    with torch.no_grad(), pytest.raises(ValueError, match="more than 1 value per channel"):
+        gb(torch.randn(1, 4))  # NOTE: eager raises after counting the batch: counted once
+    assert bn[1].num_batches_tracked.item() == 1
+
+
+def test_printing_a_tensor_runs_the_call_eagerly_and_a_method_no_trace_takes_too() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * len(str(x))
+
+    def h(x: torch.Tensor) -> torch.Tensor:
+        return x + float(x.numpy().sum())
+
+    for fn in (f, h):
+        g = guardsolve.guarded(fn)
+        x = torch.ones(3)
+        assert torch.equal(g(x), fn(x)) and g.last_call.how == "eager"
+
+
+def test_an_output_no_replay_rebuilds_is_not_traced_again_at_its_signature() -> None:
+    class Box:
+        def __init__(self, t: torch.Tensor) -> None:
+            self.t = t
+
+    def f(x: torch.Tensor) -> Any:
+        return x * 2, Box(x + 1)
+
+    g = guardsolve.guarded(f)
+    x = torch.ones(8)
+    for _ in range(3):
+        out = g(x)
+        assert torch.equal(out[0], x * 2) and torch.equal(out[1].t, x + 1)
+    info = g.cache_info()
+    assert info.traces == 1 and info.eager_calls == 2, info
+
+
+def test_a_buffer_kept_under_no_grad_in_a_training_forward_runs_eagerly() -> None:
+    import copy
+
+    class Ema(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l1, self.l2 = nn.Linear(6, 8), nn.Linear(8, 3)
+            self.register_buffer("ema", torch.zeros(8))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.l1(x)
+            with torch.no_grad():
+                self.ema.mul_(0.9).add_(h.mean(0) * 0.1)
+            return self.l2(torch.relu(h) + self.ema)
+
+    torch.manual_seed(0)
+    me = Ema()
+    mg = copy.deepcopy(me)
+    g = guardsolve.guarded(mg, backend="inductor")
+    for b in (4, 2):
+        x = torch.randn(b, 6)
+        me(x).sum().backward()
+        g(x).sum().backward()
+        assert torch.allclose(me.l1.weight.grad, mg.l1.weight.grad) and torch.equal(me.ema, mg.ema)
+        assert not mg.ema.requires_grad
+    assert "grad mode off" in g.last_call.why and g.cache_info().compiles == 0
+
+
+def test_a_modules_dict_read_by_the_program_is_state() -> None:
+    class Extra(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.__dict__.get("extra", 0.0)
+
+    m = Extra()
+    g = guardsolve.guarded(m)
+    x = torch.ones(3)
+    _same(g, m, x)
+    m.extra = 7.0
+    _same(g, m, x)
+    m.extra = 2.0
+    _same(g, m, x)
+
+
+def test_a_program_comparing_type_with_tensor_runs_eagerly() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        if type(x) is torch.Tensor:  # NOTE: a traced tensor is a subclass: the trace's side differs
+            return x * 3
+        return x * 2
+
+    g = guardsolve.guarded(f)
+    for _ in range(2):
+        assert torch.equal(g(torch.ones(3)), f(torch.ones(3))) and g.last_call.how == "eager"
+    assert "type(x)" in g.last_call.why

@@ -57,14 +57,15 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from guardsolve.errors import DataDependentError, EagerError, GuardFailure, GuardsolveError
+from guardsolve.errors import DataDependentError, EagerError, GuardFailure, GuardsolveError, UnsupportedOpError
 from guardsolve.jit.counter import Counter as _Counter
 from guardsolve.jit.progress import describe, step
+from guardsolve.jit.segments import writes_unmade
 from guardsolve.ir.ops import Op
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
 from guardsolve.trace.replay import compile_replay
-from guardsolve.trace.state import StateCheck, reachable_grad, reachable_tensors, recording
+from guardsolve.trace.state import StateCheck, reachable_generators, reachable_grad, reachable_tensors, recording
 from guardsolve.trace.static import StaticGuard, autocast_guard, autocast_state, is_static_value, state_guards, value_guard, value_key
 from guardsolve.trace.tracer import Trace, is_traced, trace, tracing
 
@@ -337,6 +338,11 @@ class GuardedFunction:
         self._warned_grad = False
         self._warned_save = False
         self._writes = 0  # NOTE: traces in a row whose call changed the state it read
+        self._writes_args = False  # NOTE: a trace wrote a tensor it did not make (`_aliased`)
+        self._written_state: list[torch.Tensor] = []  # NOTE: the state tensors traces wrote (buffers)
+        # NOTE: signatures whose trace no entry can serve (an output a replay cannot rebuild), with
+        # the state the trace read: while it holds, such a call runs eagerly without a trace
+        self._unservable: dict[Any, tuple[str, StateCheck]] = {}
         self._always_eager: str | None = None
         self._loaded = False
         self._loaded_variants = 0
@@ -415,6 +421,11 @@ class GuardedFunction:
                             return _DIVERGED
                         return out
                     except Exception as err:
+                        if state is not None and state.failure() is not None:
+                            # NOTE: state changed in place where the fast check does not look
+                            # (`w.resize_(1)`): the artifact's input asserts raised; a new trace
+                            state.distrust()
+                            return _MISS
                         # NOTE: a kernel's own error (an index out of range in data): eager gives
                         # the call's own error, or its value
                         why = f"the compiled kernels raised {type(err).__name__}: {_first_line(err)[:200]}"
@@ -444,6 +455,9 @@ class GuardedFunction:
             self._log.append(f"entry {self._entries.index(e) if e in self._entries else '?'}: {failure}")
             return _MISS
         except BaseException as err:  # NOTE: the replay raised (an index read from data): eager's error
+            if isinstance(err, Exception) and state is not None and state.failure() is not None:
+                state.distrust()
+                return _MISS  # NOTE: state changed in place (`w.resize_(1)`): a new trace
             self._tls.last = (_K_EAGER, e, None, f"the replay raised {type(err).__name__}: {_first_line(err)[:200]}")
             raise
         e._hits.inc()
@@ -528,7 +542,14 @@ class GuardedFunction:
 
     def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, ...],
               values: tuple[Any, ...], seen: tuple[Entry, ...], background: bool = False) -> Any:
-        sig = self._signature(names, values) if self._failed else None
+        sig = self._signature(names, values) if self._failed or self._unservable else None
+        known = self._unservable.get(sig) if sig is not None and not background else None
+        if known is not None and known[1]():
+            self._misses.inc()
+            self._eager.inc()
+            self._count_eager(known[0])
+            self._tls.last = (_K_EAGER, None, None, known[0])
+            return self.fn(*args, **kwargs)
         if sig is not None and not background:
             # NOTE: a signature remembered as untraceable: eager's cost plus the lookup (no record:
             # `eager_reasons` counts it)
@@ -539,7 +560,7 @@ class GuardedFunction:
                 self._count_eager(why)
                 self._tls.last = (_K_EAGER, None, None, why)
                 return self.fn(*args, **kwargs)
-        why_eager = self._always_eager or self._untraceable(names, values)
+        why_eager = self._always_eager or self._untraceable(names, values) or self._aliased(values)
         locked = why_eager is None and self._lock.acquire(blocking=False)
         try:
             if locked:
@@ -603,22 +624,24 @@ class GuardedFunction:
             training = self._trains() and self._grad(names, values) is not None
             try:
                 try:
-                    entry = self._trace(names, values, self.value_guards is True)
+                    # NOTE: where the traced run fails, its writes are undone before eager runs it again
+                    undo = functools.partial(snapshot.restore, rng=not background)
+                    entry = self._trace(names, values, self.value_guards is True, undo)
                 except DataDependentError:
                     if self.value_guards is not None:
                         raise
                     # NOTE: a decision on data: traced again recording it as a value bailout,
                     # what the first attempt ran undone
                     snapshot.restore(rng=not background)
-                    entry = self._trace(names, values, True)
+                    entry = self._trace(names, values, True, undo)
             except _StateWritten as w:
                 # NOTE: the call changed state it read (a counter, a cache it fills): a replay
                 # would not make the change, and the next call reads another state. This call's
                 # output is the traced run's own; no entry is kept, and a function that does so
                 # twice in a row runs eagerly from then on
                 self._traces.inc()
-                self._writes += 1
-                why = f"the call changes state it reads: {w.why}"
+                self._writes += w.repeat
+                why = f"the call changes state it reads: {w.why}" if w.repeat else w.why
                 if self._writes >= 2:
                     self._always_eager = why
                 self._log.append(f"{why}; no entry kept")
@@ -657,6 +680,10 @@ class GuardedFunction:
                 why = (f"{entry.trace.unreplayable}; no entry kept" if entry.trace.unreplayable else
                        "the trace's output holds objects a replay cannot rebuild; no entry kept")
                 self._log.append(why)
+                if sig is not None and entry.state is not None:
+                    # NOTE: later calls at this signature, while the state holds (a model's
+                    # `use_cache`), run eagerly: a trace each cost 555x eager (GPT-2 with its cache)
+                    self._unservable[sig] = (why.replace("; no entry kept", ""), entry.state)
                 if background:
                     snapshot.restore(rng=False)
                 if training:
@@ -671,7 +698,11 @@ class GuardedFunction:
                 grads += [f"input {n!r}" for n, v in zip(names, values) if isinstance(v, torch.Tensor) and v.requires_grad]
             if background or grads:
                 snapshot.restore(rng=not background)
-            if grads and training:
+            if grads and entry.trace.grad_switch is not None:
+                # NOTE: the joint graph would differentiate what ran without grad (an average kept
+                # under `torch.no_grad()`): wrong gradients, and a buffer given autograd history
+                entry.autograd = f"autograd: {entry.trace.grad_switch}"
+            elif grads and training:
                 # NOTE: autograd through Inductor: a joint forward and backward (see `compile_variant`)
                 entry.train = True
                 variant = self._compile(entry, values)
@@ -822,6 +853,13 @@ class GuardedFunction:
         mods = self._modules
         return {"_training": (lambda: [m.training for m in mods])} if mods is not None else {}
 
+    def _aliased(self, values: tuple[Any, ...]) -> str | None:
+        """Why a call whose tensor arguments share memory runs eagerly (the function writes its
+        arguments: a trace, and what is compiled from it, reads each as a buffer of its own), or None."""
+        if not self._writes_args or _disjoint(*values, *self._written_state):
+            return None
+        return "tensor arguments share memory and the function writes its arguments"
+
     def _untraceable(self, names: tuple[str, ...], values: tuple[Any, ...]) -> str | None:
         """Why these arguments cannot be traced (so the call runs eagerly), or None."""
         for n, v in zip(names, values):
@@ -856,18 +894,30 @@ class GuardedFunction:
         return next((f"input {n!r}" for n, v in zip(names, values)
                      if isinstance(v, torch.Tensor) and v.requires_grad), None) or reachable_grad(self.fn)
 
-    def _trace(self, names: tuple[str, ...], values: tuple[Any, ...], value_guards: bool) -> Entry:
+    def _trace(self, names: tuple[str, ...], values: tuple[Any, ...], value_guards: bool,
+               undo: Callable[[], None] | None = None) -> Entry:
         traced = tuple(i for i, v in enumerate(values)
                        if isinstance(v, torch.Tensor) or (isinstance(v, int) and not isinstance(v, bool)))
         plain = len(traced) == len(values) and names == self._leading[min(len(names), len(self._leading) - 1)]
         fn = self.fn if plain else self._partial(names, values, traced)
         with step(f"{self._name()}: tracing at {describe(names, values)}"), recording(self.fn) as rec:
-            t = trace(fn, *[values[i] for i in traced], value_guards=value_guards)
+            t = trace(fn, *[values[i] for i in traced], value_guards=value_guards, undo=undo)
+            if rec.type_check is not None:
+                # NOTE: eager's plain tensor and the trace's subclass take the two sides of it
+                raise UnsupportedOpError("type(x)", f"the program compares type(x) with torch.Tensor "
+                                                    f"({rec.type_check}), which a traced tensor fails")
             wrote = StateCheck.of(rec).failure()  # NOTE: what the call itself changed
             if wrote is not None:
                 # NOTE: before exploring other sizes, which would run the program (and its
                 # writes) again
                 raise _StateWritten(t.output, wrote)
+            written = writes_unmade(t)
+            if written:
+                self._writes_args = True
+                state = [t.constants[n] for n in written if n in t.constants]
+                self._written_state.extend(x for x in state if not any(x is y for y in self._written_state))
+                if not _disjoint(*values, *state):
+                    raise _StateWritten(t.output, self._aliased(values) or "", repeat=False)
             static, gs = self._guards(t, names, values, traced)
         state = StateCheck.of(rec)
         t.inputs = t.recorded = None  # NOTE: the entry keeps its trace, not the call's tensors (nor its recorder)
@@ -884,6 +934,12 @@ class GuardedFunction:
         # runs in (grad mode, default dtype, a module's modes) is the cache's to check
         static = list(t.static) + state_guards() + [autocast_guard()]
         static += [value_guard(names[i], values[i]) for i in range(len(values)) if i not in traced]
+        tensors = [n for n, v in zip(names, values) if isinstance(v, torch.Tensor)]
+        written = writes_unmade(t)
+        state = tuple(n for n in written if n in t.constants)
+        if written and (len(tensors) > 1 or tensors and state):
+            consts = t.constants  # NOTE: the live tensors (`bind_state` rebinds them here)
+            static.append(_disjoint_guard(tensors, lambda: [consts[n] for n in state]))
         if self._modules is not None:
             static.append(self._training_guard())
         gs = simplify(t, timeout_ms=self.timeout_ms, explore=self.explore).with_static(static, names)
@@ -1132,6 +1188,9 @@ class _Snapshot:
 
     tensors: list[tuple[torch.Tensor, torch.Tensor]]
     rng: torch.Tensor
+    # NOTE: the program's own generators (an argument, a global, a closure cell) and their
+    # states: a failed trace's draw from one is undone as the default generator's is
+    generators: list[tuple[torch.Generator, torch.Tensor]] = field(default_factory=list)
 
     @staticmethod
     def take(fn: Any, values: tuple[Any, ...]) -> "_Snapshot":
@@ -1141,7 +1200,8 @@ class _Snapshot:
             if id(t) not in seen and not t.requires_grad:
                 seen.add(id(t))
                 kept.append((t, t.detach().clone()))
-        return _Snapshot(kept, torch.random.get_rng_state())
+        gens = {id(g): g for g in [*reachable_generators(fn), *(v for v in values if isinstance(v, torch.Generator))]}
+        return _Snapshot(kept, torch.random.get_rng_state(), [(g, g.get_state()) for g in gens.values()])
 
     def restore(self, rng: bool = True) -> None:
         """Put the tensors back (and, with `rng`, the random generator's state: not from a
@@ -1152,6 +1212,8 @@ class _Snapshot:
                     t.copy_(saved)
         if rng:
             torch.random.set_rng_state(self.rng)
+            for g, state in self.generators:
+                g.set_state(state)
 
 
 # NOTE: after this many variants of one trace that each pin every size, no more are compiled
@@ -1196,7 +1258,7 @@ def bind_state(entry: Entry) -> None:
                 if entry.run is not _no_replay and entry.run is not _never:
                     entry.run.__globals__[names[j]] = new
             for v in entry.variants:
-                v.run.__globals__[f"_c{j}"] = new if v.train else new.detach()
+                v.run.__globals__[f"_c{j}"] = new
 
     state.on_rebind.append(rebind)
 
@@ -1206,11 +1268,34 @@ def _summary(lines: list[str], most: int = 40) -> list[str]:
 
 
 class _StateWritten(Exception):
-    """The traced call changed state it read: its output, and what changed."""
+    """The traced call changed state it read: its output, and what changed. `repeat`: a reason
+    that, twice in a row, makes the function run eagerly from then on."""
 
-    def __init__(self, output: Any, why: str) -> None:
+    def __init__(self, output: Any, why: str, repeat: bool = True) -> None:
         super().__init__(why)
-        self.output, self.why = output, why
+        self.output, self.why, self.repeat = output, why, repeat
+
+
+def _disjoint(*values: Any) -> bool:
+    """Whether no two of the tensor arguments share storage (`f(x, x)`, `f(x[1:], x[:-1])`).
+
+    >>> x = torch.ones(4)
+    >>> _disjoint(x, torch.ones(4), 2), _disjoint(x, x), _disjoint(x[1:], x[:-1])
+    (True, False, False)
+    """
+    ptrs = [v.untyped_storage().data_ptr() for v in values if isinstance(v, torch.Tensor)]
+    return len(set(ptrs)) == len(ptrs)
+
+
+def _disjoint_guard(names: Sequence[str], written: Callable[[], list[torch.Tensor]]) -> StaticGuard:
+    """The tensor arguments `names` share no storage, with each other nor with the state the
+    trace writes (`written()`: a buffer updated in place): a trace that writes one of them
+    computed what the others hold from values the write does not change (a compiled entry reads
+    each as its own buffer)."""
+    args = ", ".join(names)
+    return StaticGuard(f"tensor arguments {args} share no memory (with each other, nor with the state the function "
+                       "writes)", f"_s_disjoint({args}, *_s_written())", f"_s_disjoint({args}, *_s_written())",
+                       (("_s_disjoint", _disjoint), ("_s_written", written)))
 
 
 _MISS = object()

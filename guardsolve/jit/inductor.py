@@ -422,6 +422,10 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
     start = time.perf_counter()
     program, inputs, const_names, outs = flat_program(t)
     consts = [t.constants[c] if train else t.constants[c].detach() for c in const_names]
+    # NOTE: a variant runs on the live tensors, never on detached aliases: `w.data = new` (and
+    # `model.double()`, which does it) keeps the object and replaces what an alias still holds;
+    # the artifact's own input asserts then see a size or stride changed in place (`resize_`)
+    live = [t.constants[c] for c in const_names]
     failures: list[str] = []
     called = [str(n.params["fn"]) for n in t.graph.nodes if n.op is Op.ATEN]
     for oblivious in ((False,) if train else (True, False)):
@@ -439,7 +443,7 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
             plain = plain_graph(gm) and not train  # NOTE: autograd's wrapper is the call itself
             call = direct_call(artifact, len(outs)) if plain else None
             v = _variant(t, trace_gs, values, static, params, timeout_ms, se, fakes, dims, artifact, inputs,
-                         consts, outs, compile_s, data, plain, call, train, sizes)
+                         live, outs, compile_s, data, plain, call, train, sizes)
 
             def served(cs: Sequence[torch.Tensor], call: Any = call, artifact: Any = artifact) -> Callable[..., Any]:
                 return runner(call or artifact, inputs, cs, outs, t.out_spec, boxed=call is not None, extra=v.extra)
@@ -529,6 +533,8 @@ def _build(program: Callable[..., Any], t: Trace, values: Sequence[Any], consts:
         size_args = [fakes[k].size(i) for k, i in sizes]
         head = len(fakes) + len(const_fakes)
         table = _decompositions() if decompose else None
+        if decompose and train:
+            table = {**(table or {}), **_TRAIN_DECOMPOSED}
         # NOTE: a composite whose C++ kernel reads sizes as ints (upsample's `.vec`) would pin
         # every dim or fail; it runs its Python decomposition instead (`jit/decompose.py`)
         with scope, mode, torch.no_grad(), retrace_scope(called):
@@ -557,6 +563,21 @@ def _build(program: Callable[..., Any], t: Trace, values: Sequence[Any], consts:
         how = " (decomposed)" if decompose else ""
         raise _Failed("inductor", f"Inductor could not compile the trace{how}: {type(e).__name__}: {_first_line(e)}") from e
     return se, fakes, dims, gm, artifact, sizes
+
+
+def _sdpa_cpu_as_math() -> dict[Any, Any]:
+    """PyTorch's decomposition of CPU flash attention into its math form, where it has one.
+
+    NOTE: the flash kernel is not differentiable with respect to its mask, which AOTAutograd
+    found training T5 (a relative position bias from an embedding): the decomposed training
+    route computes attention as its math form, whose mask gets its gradient."""
+    from torch._decomp import decomposition_table
+
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    return {op.default: decomposition_table[op.default]} if op is not None and op.default in decomposition_table else {}
+
+
+_TRAIN_DECOMPOSED = _sdpa_cpu_as_math()
 
 
 def _decompositions() -> dict[Any, Any]:

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import torch
 
-from guardsolve.trace.state import Leaf, StateCheck, _same, _tensor_meta
+from guardsolve.trace.state import Attrs, Leaf, StateCheck, _same, _tensor_meta
 
 
 class NotPortable(Exception):
@@ -61,16 +61,32 @@ def _roots(fn: Callable[..., Any]) -> dict[int, tuple[Any, ...]]:
     return out
 
 
-def _root_of(obj: Any, roots: dict[int, tuple[Any, ...]]) -> tuple[Any, ...] | None:
+def _root_of(obj: Any, roots: dict[int, tuple[Any, ...]], fn: Any = None) -> tuple[Any, ...] | None:
     how = roots.get(id(obj))
     if how is not None:
         return how
+    if isinstance(obj, Attrs):
+        if obj.obj is fn or obj.obj is getattr(fn, "__func__", fn):
+            return ("attrs", obj.kind, None, None)
+        module, qualname = getattr(obj.obj, "__module__", None), getattr(obj.obj, "__qualname__", None)
+        if obj.kind != "partial" and isinstance(module, str) and isinstance(qualname, str) \
+                and _lookup(module, qualname) is obj.obj:
+            return ("attrs", obj.kind, module, qualname)
+        return None
     if isinstance(obj, dict):
         name = obj.get("__name__")
         mod = sys.modules.get(name) if isinstance(name, str) else None
         if mod is not None and getattr(mod, "__dict__", None) is obj:
             return ("globals", name)
     return None
+
+
+def _lookup(module: str, qualname: str) -> Any:
+    """The object named `qualname` in the imported module `module`, or None."""
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None) if part != "<locals>" else None
+    return obj
 
 
 def code_digest(code: types.CodeType, h: Any) -> None:
@@ -130,9 +146,13 @@ def state_spec(state: StateCheck, fn: Callable[..., Any]) -> dict[str, Any]:
     derive: list[tuple[str, tuple[Any, ...]]] = []
     for name, how in state.derive.items():
         if how[0] == "root":
-            r = _root_of(state._bound[name], roots)
+            r = _root_of(state._bound[name], roots, fn)
             if r is None:
                 leaf = next((x for x in state.leaves if x.owner == name), None)
+                obj = state._bound[name]
+                if isinstance(obj, Attrs) and obj.kind == "partial":
+                    raise NotPortable(f"it reads {leaf.where if leaf else 'a partial'}, an argument a functools.partial "
+                                      "binds, which another process cannot find again")
                 raise NotPortable(f"it reads {leaf.where if leaf else 'an object'}, which another process cannot "
                                   "find again (not the module's, nor an importable module's global)")
             derive.append((name, r))
@@ -155,6 +175,13 @@ def _resolve_root(how: tuple[Any, ...], fn: Callable[..., Any]) -> Any:
             return getattr(fn, "__func__", fn).__defaults__
         case ("kwdefaults",):
             return getattr(fn, "__func__", fn).__kwdefaults__
+        case ("attrs", kind, None, None):
+            return Attrs(fn if kind == "partial" else getattr(fn, "__func__", fn), kind)
+        case ("attrs", kind, module, qualname):
+            obj = _lookup(module, qualname)
+            if obj is None:
+                raise NotPortable(f"{module}.{qualname} is not found in this process")
+            return Attrs(obj, kind)
         case ("globals", name):
             mod = sys.modules.get(name)
             if mod is None:

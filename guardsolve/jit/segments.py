@@ -40,7 +40,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -594,7 +594,7 @@ def build(plan: Plan, values: Sequence[Any], compile_one: Callable[[Any, Sequenc
     finally:
         torch.random.set_rng_state(rng)
     # NOTE: the served segments read the live constants
-    run_ns: dict[str, Any] = {c: v.detach() for c, v in consts.items()}
+    run_ns: dict[str, Any] = dict(consts)  # NOTE: the tensors themselves (`inductor.compile_variant`)
     segments: list[Segment] = []
     compiles = 0
     backend: list[Any] = []
@@ -710,35 +710,53 @@ def state_writes(plan: Plan) -> str | None:
         return None
     last = max(i for i in plan.cuts if nodes[i].op is Op.BOOL_BAILOUT) if any(
         nodes[i].op is Op.BOOL_BAILOUT for i in plan.cuts) else -1
+    for n, what in _writes(nodes[:last]):
+        loc = n.meta.get("loc")
+        at = f" ({loc})" if loc is not None else ""
+        if what is None:
+            return f"{n.params['fn']} draws from the random stream before a decision on data{at}"
+        return f"{n.params['fn']} writes {what}, a tensor the program did not make, before a decision on data{at}"
+    return None
+
+
+def writes_unmade(t: Any) -> tuple[str, ...]:
+    """The tensors the trace writes that it did not make (inputs, buffers), by name, once each.
+
+    >>> from guardsolve.trace.tracer import trace
+    >>> writes_unmade(trace(lambda x: x.add_(1), torch.ones(2))), writes_unmade(trace(lambda x: x + 1, torch.ones(2)))
+    (('x',), ())
+    """
+    return tuple(dict.fromkeys(what for _, what in _writes(t.graph.nodes, random=False) if what is not None))
+
+
+def _writes(nodes: Sequence[Any], random: bool = True) -> Iterator[tuple[Any, str | None]]:
+    """Each ATen node of `nodes` that draws random numbers (with None; where `random`) or writes
+    a tensor the nodes did not make (with that tensor's name), in order."""
     from guardsolve.ir.aten import resolve
 
     root: dict[str, str] = {}
     fresh: set[str] = set()
-    for i, n in enumerate(nodes[:last]):
+    for n in nodes:
         if n.op is not Op.ATEN:
             continue
         func = resolve(str(n.params["fn"]))
         schema = func._schema
-        if draws_random(func, list(n.params["args"]), dict(n.params.get("kwargs") or {})):
-            loc = n.meta.get("loc")
-            return (f"{n.params['fn']} draws from the random stream before a decision on data"
-                    f"{f' ({loc})' if loc is not None else ''}")
         args = list(n.params["args"])
+        if random and draws_random(func, args, dict(n.params.get("kwargs") or {})):
+            yield n, None
         for a, arg in zip(schema.arguments, args):
             info = a.alias_info
             if info is not None and info.is_write and isinstance(arg, ArgRef):
                 base = root.get(arg.name, arg.name)
                 if base not in fresh:
-                    loc = n.meta.get("loc")
-                    return (f"{n.params['fn']} writes {arg.name}, a tensor the program did not make, before a "
-                            f"decision on data{f' ({loc})' if loc is not None else ''}")
+                    yield n, arg.name
         first = next((a.name for a in args if isinstance(a, ArgRef)), None)
         for r, o in zip(schema.returns, n.outputs):
             if r.alias_info is not None and first is not None:
                 root[o] = root.get(first, first)
             else:
                 fresh.add(o)
-    return None
 
 
-__all__ = ["Diverged", "Plan", "outline", "Segment", "Segmented", "build", "cut_at", "has_data", "state_writes"]
+__all__ = ["Diverged", "Plan", "outline", "Segment", "Segmented", "build", "cut_at", "has_data", "state_writes",
+           "writes_unmade"]

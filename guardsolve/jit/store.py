@@ -326,7 +326,7 @@ class Store:
                 leaves = tuple(c[1] if c[0] == "leaf" else None for c in p["consts"])
                 gs = _rebind(p["guards"], namespace)
                 train = bool(p.get("train"))
-                consts = [c[1] if c[0] == "value" else _tensor_or_empty(state.leaves[c[1]].expect, train)
+                consts = [c[1] if c[0] == "value" else _tensor_or_empty(state.leaves[c[1]].expect)
                           for c in p["consts"]]
                 call, why = _direct(p)
                 boxed = call is not None
@@ -385,10 +385,10 @@ class Loaded:
     const_leaves: tuple[int | None, ...] = ()
 
 
-def _tensor_or_empty(v: Any, live: bool = False) -> torch.Tensor:
-    """A leaf's tensor, detached (`live`: itself, for a training variant, whose gradients reach
-    it); where the live state differs (the check then fails and the artifact is never called),
-    an empty stand-in."""
+def _tensor_or_empty(v: Any) -> torch.Tensor:
+    """A leaf's tensor itself (a training variant's gradients reach it; every variant reads where
+    its elements live now: `inductor.compile_variant`); where the live state differs (the check
+    then fails and the artifact is never called), an empty stand-in."""
     if not isinstance(v, torch.Tensor):
         return torch.empty(0)
-    return v if live else v.detach()
+    return v

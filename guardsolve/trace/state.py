@@ -122,6 +122,11 @@ class Recorder:
         self.names: dict[int, str] = {}  # id(module or object) -> its readable path
         self._codes: dict[types.CodeType, tuple[str, ...]] = {}
         self._funcs: set[int] = set()
+        self._attrs: dict[int, Attrs] = {}  # id(class or function) -> its `Attrs` (one owner per object)
+        self._user_code: dict[types.CodeType, bool] = {}  # code that read a `__dict__` -> is it the program's
+        # NOTE: where the program's code compares `type(x)` with `torch.Tensor`: a traced tensor is a
+        # subclass, so the trace took the other side of that comparison than eager (`_compares_type_with_tensor`)
+        self.type_check: str | None = None
         self._global_hooks = False
         self.tensors: dict[int, str] = {}  # id(tensor read as state) -> where (`is_state`)
         if isinstance(fn, torch.nn.Module):
@@ -140,7 +145,7 @@ class Recorder:
             if isinstance(value, (torch.nn.Module,)) or (not isinstance(value, _STATIC_SCALARS + (torch.Tensor,))
                                                          and hasattr(value, "__dict__")):
                 self.names.setdefault(id(value), where)
-            if isinstance(value, types.FunctionType):
+            if isinstance(value, (types.FunctionType, functools.partial)):
                 self._function(value, where)
 
     def _tensors_in(self, v: Any, depth: int) -> None:
@@ -179,12 +184,51 @@ class Recorder:
         # NOTE: found on the class (a method, a property, a class constant): it stays so while
         # the instance does not shadow it
         self.add(d, name, _ABSENT, where, absent=True)
+        self._class_attr(type(m), name)
+
+    def module_dict(self, m: torch.nn.Module, caller: types.CodeType) -> None:
+        """The program's own code read a module's `__dict__` (`self.__dict__.get("extra")`): which
+        keys it holds, and each value, are state (PyTorch's reads, its `__getattr__`'s, are not)."""
+        user = self._user_code.get(caller)
+        if user is None:
+            path = caller.co_filename
+            user = self._user_code[caller] = not path.startswith(_GENERATED) and not (
+                not path.startswith("<") and os.path.realpath(path).startswith(_SKIP_DIRS))
+        if not user:
+            return
+        d = m.__dict__
+        base = self.names.get(id(m)) or f"<{type(m).__name__}>"
+        self.add(d, _LENGTH, len(d), f"{base}.__dict__")
+        for k, v in list(d.items()):
+            self.add(d, k, v, f"{base}.{k}", direct=k in _HOOK_DICTS)
+
+    def _class_attr(self, cls: type, name: str) -> None:
+        """A plain value a module read from its class (`Scaled.temperature = 2.0`): the class
+        keeps holding it. Methods, properties and other descriptors are not values (a property's
+        own reads are recorded as it runs), nor is what PyTorch's and the standard library's
+        classes hold."""
+        for c in cls.__mro__:
+            if name in c.__dict__:
+                raw = c.__dict__[name]
+                top = (getattr(c, "__module__", None) or "").split(".", 1)[0]
+                if top in _SKIP_MODULES or hasattr(type(raw), "__get__"):
+                    return
+                self.add(self._owner(c, "class"), name, raw, f"{c.__qualname__}.{name}")
+                return
+
+    def _owner(self, obj: Any, kind: str) -> "Attrs":
+        a = self._attrs.get(id(obj))
+        if a is None:
+            a = self._attrs[id(obj)] = Attrs(obj, kind)
+        return a
 
     def frame(self, frame: types.FrameType) -> None:
         code = frame.f_code
         names = self._codes.get(code)
         if names is None:
             names = self._codes[code] = _global_names(code, frame.f_globals.get("__name__"))
+            if self.type_check is None and names and _compares_type_with_tensor(code):
+                self.type_check = f"{code.co_filename}:{code.co_firstlineno} ({code.co_name})"
         if names:
             g = frame.f_globals
             module = g.get("__name__", "?")
@@ -193,9 +237,26 @@ class Recorder:
                 if n in g:
                     v = g[n]
                     if isinstance(v, types.ModuleType):
-                        continue  # NOTE: `torch`, `F`: rebinding a module alias is out of scope
+                        # NOTE: `torch`, `F`: rebinding a module alias is out of scope; what the
+                        # code reads from the program's own modules (`cfg.SCALE`) is state
+                        self._module_reads(code, n, v)
+                        continue
                     fname = getattr(self.fn, "__name__", "fn")
                     self.add(g, n, v, f"{fname}.__globals__[{n!r}]" if root else f"{module}.{n}")
+
+    def _module_reads(self, code: types.CodeType, name: str, mod: types.ModuleType, how: str = "global") -> None:
+        """The attributes `code` reads from the module global (or, `how` "cell", the closure
+        cell) `name` (`cfg.SCALE`), where that module is the program's own (not PyTorch's, nor
+        the standard library's)."""
+        top = (getattr(mod, "__name__", None) or "").split(".", 1)[0]
+        if top in _SKIP_MODULES or top.startswith("namedtuple_"):
+            return
+        d = getattr(mod, "__dict__", None)
+        if not isinstance(d, dict):
+            return
+        for attr in _module_attrs(code).get((how, name), ()):
+            if attr in d and not isinstance(d[attr], types.ModuleType):
+                self.add(d, attr, d[attr], f"{mod.__name__}.{attr}")
 
     def _function(self, f: Any, where: str) -> None:
         if id(f) in self._funcs:
@@ -209,14 +270,57 @@ class Recorder:
             except ValueError:
                 continue  # NOTE: not yet bound: a read would raise, as eager does
             self.add(cell, None, v, name if f is self.fn else f"{where}.<closure {name}>")
-        for i, v in enumerate(getattr(inner, "__defaults__", None) or ()):
-            self.add(inner.__defaults__, i, v, f"{where}.__defaults__[{i}]")
-        kw = getattr(inner, "__kwdefaults__", None)
-        for k, v in (kw or {}).items():
-            self.add(kw, k, v, f"{where}.__kwdefaults__[{k!r}]")
+            if isinstance(v, types.ModuleType):
+                self._module_reads(code, name, v, "cell")
+        if isinstance(f, functools.partial):
+            # NOTE: its function, the arguments it adds (its keywords are a dict, changed in place)
+            attrs = self._owner(f, "partial")
+            for key in ("func", "args", "keywords"):
+                self.add(attrs, key, getattr(f, key), f"{where}.{key}")
+            self._function(f.func, f"{where}.func")
+            return
+        if getattr(inner, "__defaults__", None) is not None or getattr(inner, "__kwdefaults__", None) is not None:
+            # NOTE: read through the function: `f.__defaults__ = (3.0,)` rebinds the tuple
+            attrs = self._owner(inner, "function")
+            for key in ("__defaults__", "__kwdefaults__"):
+                if getattr(inner, key, None) is not None:
+                    self.add(attrs, key, getattr(inner, key), f"{where}.{key}")
 
 
 _ABSENT = object()
+_LENGTH = object()  # NOTE: a read's key: how many items its owner holds (a `__dict__` read whole)
+
+
+def _never() -> bool:
+    return False
+
+
+class Attrs:
+    """An object's attributes read by key, as a leaf reads a dict (`owner[key]`): the owner of a
+    read from a class (`kind` "class": its own `__dict__`, which `vars()` gives only as a copy
+    of its view), a function's `__defaults__` and `__kwdefaults__` (`kind` "function"), a
+    `functools.partial`'s function and arguments (`kind` "partial").
+
+    >>> class C:
+    ...     scale = 2.0
+    >>> a = Attrs(C, "class")
+    >>> a["scale"], "scale" in a
+    (2.0, True)
+    """
+
+    __slots__ = ("obj", "kind")
+
+    def __init__(self, obj: Any, kind: str) -> None:
+        self.obj, self.kind = obj, kind
+
+    def __getitem__(self, key: str) -> Any:
+        return self.obj.__dict__[key] if self.kind == "class" else getattr(self.obj, key)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.obj.__dict__ if self.kind == "class" else hasattr(self.obj, key)
+
+    def __repr__(self) -> str:
+        return f"Attrs({getattr(self.obj, '__qualname__', type(self.obj).__name__)}, {self.kind!r})"
 _HOOK_DICTS = frozenset({"_backward_hooks", "_backward_pre_hooks", "_forward_hooks", "_forward_pre_hooks",
                          "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs",
                          "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
@@ -246,6 +350,44 @@ def _global_names(code: types.CodeType, module: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"))
 
 
+@functools.lru_cache(maxsize=4096)
+def _compares_type_with_tensor(code: types.CodeType) -> bool:
+    """Whether `code` compares what `type(...)` returns with `torch.Tensor` (`type(x) is
+    torch.Tensor`, `==`, `in`): each comparison, with a `type` call and a load of `Tensor` among
+    the few instructions before it.
+
+    >>> def f(x):
+    ...     return 1 if type(x) is torch.Tensor else 2
+    >>> def h(x):
+    ...     return 1 if isinstance(x, torch.Tensor) and type(x).__name__ == "Tensor" else 2
+    >>> _compares_type_with_tensor(f.__code__), _compares_type_with_tensor(h.__code__)
+    (True, False)
+    """
+    ins = list(dis.get_instructions(code))
+    for k, i in enumerate(ins):
+        if i.opname in ("IS_OP", "COMPARE_OP", "CONTAINS_OP"):
+            window = ins[max(0, k - 8):k]
+            if any(w.argval == "type" and w.opname == "LOAD_GLOBAL" for w in window) and \
+                    any(w.argval == "Tensor" and w.opname in ("LOAD_ATTR", "LOAD_GLOBAL") for w in window):
+                return True
+    return False
+
+
+@functools.lru_cache(maxsize=1024)
+def _module_attrs(code: types.CodeType) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(how, name) -> the attributes `code` reads from the global (how "global") or the closure
+    cell (how "cell") `name` right after loading it (`LOAD_GLOBAL cfg; LOAD_ATTR SCALE`; a
+    method call's `LOAD_METHOD` too)."""
+    out: dict[tuple[str, str], dict[str, None]] = {}
+    prev = None
+    how = {"LOAD_GLOBAL": "global", "LOAD_DEREF": "cell"}
+    for i in dis.get_instructions(code):
+        if prev is not None and prev.opname in how and i.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+            out.setdefault((how[prev.opname], prev.argval), {})[i.argval] = None
+        prev = i
+    return {k: tuple(v) for k, v in out.items()}
+
+
 # -- the hooks ----------------------------------------------------------------------------------
 
 
@@ -270,6 +412,10 @@ class _ModuleHooks:
                         rec = _RECORDER.get()
                         if rec is not None:
                             rec.module_attr(m, name, v)
+                    elif name == "__dict__":
+                        rec = _RECORDER.get()
+                        if rec is not None:
+                            rec.module_dict(m, sys._getframe(1).f_code)
                     return v
 
                 def __getattr__(m: Any, name: str) -> Any:
@@ -333,6 +479,11 @@ class Leaf:
     kind: str
     expect: Any
     meta: Any = None  # a tensor's (type, dtype, device, layout, shape, stride, requires_grad); a length; a value_key
+    ptr: int | None = None  # a tensor's `data_ptr()` when the fast check was made (`_has_ptr`)
+
+    def __post_init__(self) -> None:
+        if self.kind == "tensor" and _has_ptr(self.expect):
+            self.ptr = _ptr(self.expect)
 
     @property
     def get(self) -> str:
@@ -367,6 +518,15 @@ def _tensor_meta(t: torch.Tensor) -> tuple[Any, ...]:
             t.requires_grad)
 
 
+_ptr = torch.Tensor.data_ptr
+
+
+def _has_ptr(t: Any) -> bool:
+    """A dense tensor with storage of its own (a parameter, a buffer), whose `data_ptr()` says
+    where its elements live; not a subclass, a sparse or a meta tensor."""
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout is torch.strided and not t.is_meta
+
+
 def _is_static(v: Any) -> bool:
     """A plain immutable value, compared by type and value (a tuple of such values too)."""
     if isinstance(v, _STATIC_SCALARS):
@@ -379,7 +539,8 @@ def _is_static(v: Any) -> bool:
 _CHECK_NAMESPACE: dict[str, Any] = {"_all": all, "_any": any, "_map": map, "_is": operator.is_, "_len": len,
                                     "_tuple": tuple, "_rg": operator.attrgetter("requires_grad"),
                                     "_getitem": operator.getitem, "_contains": operator.contains,
-                                    "_cell": operator.attrgetter("cell_contents")}
+                                    "_cell": operator.attrgetter("cell_contents"), "_eq": operator.eq,
+                                    "_dp": torch.Tensor.data_ptr}
 
 
 class StateCheck:
@@ -397,6 +558,13 @@ class StateCheck:
         ns = {**bound, **_CHECK_NAMESPACE}
         self._getters = [eval(compile(f"lambda: {leaf.get}", "<guardsolve state leaf>", "eval"), ns)
                          for leaf in leaves]
+        # NOTE: leaves that read one tensor (tied weights: `head.weight = emb.weight`): the trace
+        # holds it once, so they must stay one tensor (untied, each needs its own constant)
+        groups: dict[int, list[int]] = {}
+        for i, leaf in enumerate(leaves):
+            if leaf.kind == "tensor":
+                groups.setdefault(id(leaf.expect), []).append(i)
+        self._tied = [g for g in groups.values() if len(g) > 1]
         self._fast = self._compile()
 
     def _compile(self) -> Callable[[], bool]:
@@ -436,6 +604,13 @@ class StateCheck:
         if tensors:
             ns["_T"], ns["_RG"] = tuple(x.expect for x in tensors), tuple(x.meta[-1] for x in tensors)
             terms.append("_all(_map(_is, _map(_rg, _T), _RG))")
+            # NOTE: where each one's elements live: `.data =`, `set_()` and `swap_tensors` (what
+            # `model.double()` and `model.to()` do to parameters) keep the object and replace its
+            # storage, dtype and shape; a tensor with no plain storage is left to its identity
+            plain = [x.expect for x in tensors if _has_ptr(x.expect)]
+            if plain:
+                ns["_P"], ns["_DP"] = tuple(plain), tuple(_ptr(t) for t in plain)
+                terms.append("_all(_map(_eq, _map(_dp, _P), _DP))")
         body = " and ".join(terms) or "True"
         src = f"def fast():\n    try:\n        return {body}\n    except Exception:\n        return False\n"
         exec(compile(src, "<guardsolve state check>", "exec"), ns)
@@ -449,12 +624,22 @@ class StateCheck:
             if r.absent:
                 b.leaves.append(Leaf(r.where, name, r.key, "absent", None))
                 continue
+            if r.key is _LENGTH:
+                b.leaves.append(Leaf(r.where, name, None, "length", r.owner, len(r.owner)))
+                continue
             b.value(name, r.owner, r.key, r.value, r.where, 0, r.direct)
         return cls(b.leaves, b.bound, b.notes, b.tensors, b.derive)
 
     def __call__(self) -> bool:
         """Does the state still hold what the trace read? (Rebinds what changed but is equal.)"""
         return self._fast() or self._exact()
+
+    def distrust(self) -> None:
+        """Compare by value from now on, until the state holds again: something changed in place
+        where the fast check does not look (`w.resize_(1)` keeps the object and its storage,
+        and an artifact's input assert saw it)."""
+        with self._lock:
+            self._fast = _never
 
     def __len__(self) -> int:
         return len(self.leaves)
@@ -469,6 +654,8 @@ class StateCheck:
             if not _same(leaf, cur):
                 return False
             now.append(cur)
+        if self._untied(now) is not None:
+            return False
         with self._lock:
             changed: dict[int, Any] = {}
             for i, (leaf, cur) in enumerate(zip(self.leaves, now)):
@@ -477,7 +664,11 @@ class StateCheck:
                     if leaf.kind == "tensor":
                         leaf.meta = _tensor_meta(cur)
                     changed[i] = cur
-            if changed:
+                elif leaf.kind == "tensor" and _has_ptr(cur) and _ptr(cur) != leaf.ptr:
+                    changed[i] = cur  # NOTE: the same object, its storage replaced (`.data =`)
+                if leaf.kind == "tensor":
+                    leaf.ptr = _ptr(cur) if _has_ptr(cur) else None
+            if changed or self._fast is _never:
                 self._fast = self._compile()
                 for listener in self.on_rebind:
                     listener(changed)
@@ -492,6 +683,16 @@ class StateCheck:
                 return f"{leaf.line()} failed ({type(e).__name__}: {e})"
             if not _same(leaf, cur):
                 return f"{leaf.line()} failed (found {_show(leaf, cur)})"
+        return self._untied([get() for get in self._getters])
+
+    def _untied(self, now: list[Any]) -> str | None:
+        """Leaves that read one tensor and now read two (`now`: each leaf's current value), in words, or None."""
+        for group in self._tied:
+            first = now[group[0]]
+            other = next((i for i in group[1:] if now[i] is not first), None)
+            if other is not None:
+                return (f"{self.leaves[group[0]].where} and {self.leaves[other].where} were one tensor when traced "
+                        "(tied) and are two now")
         return None
 
     def lines(self) -> list[str]:
@@ -696,6 +897,34 @@ def reachable_tensors(fn: Any) -> list[torch.Tensor]:
     >>> [tuple(t.shape) for t in reachable_tensors(lambda x: bn(x))]
     [(2,), (2,), (2,), (2,), ()]
     """
+    out: dict[int, torch.Tensor] = {}
+    for v in _reachable(fn):
+        if isinstance(v, torch.Tensor):
+            out.setdefault(id(v), v)
+        elif isinstance(v, torch.nn.Module):
+            for t in itertools.chain(v.parameters(), v.buffers()):
+                out.setdefault(id(t), t)
+    return list(out.values())
+
+
+def reachable_generators(fn: Any) -> list[torch.Generator]:
+    """The random generators of the program's own that `fn` can reach without running (as
+    `reachable_tensors` walks), each once.
+
+    >>> gen = torch.Generator()
+    >>> reachable_generators(lambda x: x + torch.rand(3, generator=gen)) == [gen]
+    True
+    """
+    out: dict[int, torch.Generator] = {}
+    for v in _reachable(fn):
+        if isinstance(v, torch.Generator):
+            out.setdefault(id(v), v)
+    return list(out.values())
+
+
+def _reachable(fn: Any) -> list[Any]:
+    """What `fn` reaches without running: itself where a module; a function's closure cells, the
+    globals its code names, its defaults, and a bound method's object."""
     inner = getattr(fn, "__func__", fn)
     found: list[Any] = [fn] if isinstance(fn, torch.nn.Module) else []
     code = getattr(inner, "__code__", None)
@@ -711,14 +940,7 @@ def reachable_tensors(fn: Any) -> list[torch.Tensor]:
     self_ = getattr(fn, "__self__", None)
     if self_ is not None:
         found.append(self_)
-    out: dict[int, torch.Tensor] = {}
-    for v in found:
-        if isinstance(v, torch.Tensor):
-            out.setdefault(id(v), v)
-        elif isinstance(v, torch.nn.Module):
-            for t in itertools.chain(v.parameters(), v.buffers()):
-                out.setdefault(id(t), t)
-    return list(out.values())
+    return found
 
 
 @functools.lru_cache(maxsize=1024)
@@ -731,4 +953,5 @@ def _all_global_names(code: types.CodeType) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-__all__ = ["is_state", "paused", "reachable_grad", "reachable_tensors", "Leaf", "Read", "Recorder", "StateCheck", "recording"]
+__all__ = ["is_state", "paused", "reachable_generators", "reachable_grad", "reachable_tensors", "Attrs", "Leaf", "Read", "Recorder", "StateCheck",
+           "recording"]

@@ -180,6 +180,14 @@ class TracedTensor(torch.Tensor):
     def __repr__(self) -> str:  # type: ignore[override]
         return f"TracedTensor({self.tname}, {self.eager!r})"
 
+    def __str__(self) -> str:  # type: ignore[override]
+        # NOTE: `print(x)`, `str(x)` in the program: a string of its values, which no guard checks
+        # (and a replay would not print): the call runs eagerly
+        raise DataDependentError(f"str() of {self.tname} reads its values (print, str or an f-string of a tensor)")
+
+    def __format__(self, spec: str) -> str:  # type: ignore[override]
+        raise DataDependentError(f"format() of {self.tname} reads its values (an f-string of a tensor)")
+
     # NOTE: a size user code reads (a constant one too: a plain int, with no trace node) is one
     # the rest of the trace may be computed from: a probe's replay must not change it (`trace.local`)
     def _seen(self) -> None:
@@ -264,6 +272,10 @@ class TracingMode(TorchDispatchMode):
         # or a random call the trace does not record, which no replay reproduces
         self._rng = torch.default_generator.get_state()
         self.reseeded: str | None = None  # why a replay cannot draw eager's random values, if so
+        # NOTE: the grad mode the trace started in, and the first recorded op that ran in the other
+        # (`with torch.no_grad():` inside a training forward): a joint graph would differentiate it
+        self._grad = torch.is_grad_enabled()
+        self.grad_switch: str | None = None
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         rec = self.rec
@@ -349,6 +361,9 @@ class TracingMode(TorchDispatchMode):
         real_args, real_kwargs = unflatten(real_flat, spec)
 
         seeded = traced and self.reseeded is None and torch.Tag.nondeterministic_seeded in func.tags
+        if traced and self.grad_switch is None and torch.is_grad_enabled() is not self._grad:
+            self.grad_switch = (f"{qualified_name(func)} runs with grad mode {'on' if not self._grad else 'off'} inside "
+                                f"a function called with it {'on' if self._grad else 'off'}{self._at()}")
 
         def eager() -> Any:
             if seeded and not torch.equal(torch.default_generator.get_state(), self._rng):

@@ -15,6 +15,7 @@ i3 = int_eq(a0, i2)
 from __future__ import annotations
 
 import inspect
+import dis
 import os
 import re
 import time
@@ -73,6 +74,9 @@ class Trace:
     # NOTE: why a replay cannot give eager's values (a random op after a reseed inside the
     # function); `guarded` serves such a call from the trace's own run and keeps no entry
     unreplayable: str | None = None
+    # NOTE: an op that ran in the other grad mode than the call's (`torch.no_grad()` inside), in
+    # words: a training variant, one joint graph, would differentiate through it
+    grad_switch: str | None = None
 
     def __repr__(self) -> str:
         """Short: what was traced and at which shapes, not the output tensor.
@@ -127,7 +131,8 @@ class Ref:
     name: str
 
 
-def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = False) -> Trace:
+def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = False,
+          undo: Callable[[], None] | None = None) -> Trace:
     """Run `fn` on traced versions of `example_inputs`, recording a tensor trace and its guards.
 
     Tensors become `var_placeholder`s and Python ints `int_arg`s, named after fn's
@@ -139,12 +144,15 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     instead; `.item()` alone is an unbacked value the trace records and a replay recomputes.
 
     An exception the user's own code raises passes as it is. A trace that guardsolve stops, whose
-    eager kernel fails (`EagerError`), or that PyTorch's own Python code fails (it may take its
-    compiled route while traced), runs `fn` eagerly once more on the same inputs:
+    eager kernel fails (`EagerError`), that PyTorch's own Python code fails (it may take its
+    compiled route while traced), or where a tensor method does not take a traced tensor
+    (`x.numpy()`), runs `fn` eagerly once more on the same inputs:
     where eager raises, the trace raises eager's own error (the user's program is wrong, whatever
     guardsolve could trace; the trace's error is its cause); where eager runs, a guardsolve error
     (`UnsupportedOpError`, `DataDependentError`; "the traced run fails where eager runs" when
-    library code took another route under tracing).
+    library code took another route under tracing). `undo`, where given, first puts back what
+    the failed traced run wrote (a batch norm's step count), so that the program's writes are
+    made once, as eager makes them.
     """
     start = time.perf_counter()
     try:
@@ -169,11 +177,16 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
             error = UnsupportedOpError("a PyTorch call",
                                        f"takes a plain value where the trace has a symbolic one ({e})")
             error.__cause__ = e
-        elif _raised_by_torch(e):
-            error = e  # NOTE: PyTorch's Python code, which may take its compiled route while traced
-        else:
+        elif _raised_by_user(e):
             raise  # NOTE: the user's own exceptions pass as they are
+        else:
+            # NOTE: PyTorch's Python code, which may take its compiled route while traced; or a
+            # tensor method a traced tensor cannot run (`x.numpy()`: "not supported for tensor
+            # subclasses", raised in C++ from the user's line)
+            error = e
     # NOTE: outside the handler, so that eager's error does not take the trace's as its context
+    if undo is not None:
+        undo()
     failed = _eager_failure(fn, example_inputs)
     if failed is None or isinstance(failed, GuardsolveError):  # NOTE: eager met a leaked traced value
         if isinstance(error, GuardsolveError) and not isinstance(error, EagerError):
@@ -188,14 +201,28 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
     raise eager_error(failed) from error
 
 
-def _raised_by_torch(e: BaseException) -> bool:
-    """Was `e` raised in PyTorch's own Python code (its innermost frame)?"""
+def _raised_by_user(e: BaseException) -> bool:
+    """Was `e` raised by a `raise` statement of the program's own code (its innermost frame outside
+    PyTorch)? Not an error a C function raised from the user's line (`x.numpy()` of a traced tensor).
+
+    >>> def f():
+    ...     raise ValueError("boom")
+    >>> try:
+    ...     f()
+    ... except ValueError as e:
+    ...     _raised_by_user(e)
+    True
+    """
     tb = e.__traceback__
     if tb is None:
         return False
     while tb.tb_next is not None:
         tb = tb.tb_next
-    return f"{os.sep}torch{os.sep}" in tb.tb_frame.f_code.co_filename
+    code = tb.tb_frame.f_code
+    if f"{os.sep}torch{os.sep}" in code.co_filename:
+        return False
+    op = code.co_code[tb.tb_lasti] if 0 <= tb.tb_lasti < len(code.co_code) else None
+    return op is not None and dis.opname[op] in ("RAISE_VARARGS", "RERAISE")
 
 
 _SYMBOLIC_ARGUMENT = re.compile(r"\bnot Sym(Bool|Int|Float)\b")
@@ -397,7 +424,8 @@ def _record(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guard
     guards = rec.guards.pruned(in_place=recorded is None)  # NOTE: `recorded` keeps the nodes' names
     guards.meta["static"] = graph.meta["static"] = tuple(static)
     return Trace(graph, unwrap(result), signature, fn, mode.constants, out_spec, guards, tuple(static),
-                 tuple(notes), opaque, tuple(example_inputs), value_guards, recorded, unreplayable=mode.reseeded)
+                 tuple(notes), opaque, tuple(example_inputs), value_guards, recorded, unreplayable=mode.reseeded,
+                 grad_switch=mode.grad_switch)
 
 
 def placeholder(rec: Recorder, p: Param, value: Any, strided: dict[str, str] | None = None) -> Any:
