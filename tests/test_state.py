@@ -298,6 +298,9 @@ class _Factor(nn.Module):
         return x * self.factor
 
 
+_factor_forward = _Factor.forward
+
+
 def test_class_attribute_defaults_and_partial_keywords_are_state() -> None:
     import functools
 
@@ -310,7 +313,8 @@ def test_class_attribute_defaults_and_partial_keywords_are_state() -> None:
         _same(g, m, x)
     finally:
         _Factor.factor = 2.0
-    assert "_Factor.factor == 2.0" in "\n".join(e.state.lines()[0] for e in g.entries)
+    lines = [line for e in g.entries for line in e.state.lines()]
+    assert "_Factor.factor == 2.0" in lines and "_Factor.forward is <function>" in lines, lines
 
     def f(x: torch.Tensor, k: float = 2.0) -> torch.Tensor:
         return x * k
@@ -319,6 +323,13 @@ def test_class_attribute_defaults_and_partial_keywords_are_state() -> None:
     _same(gf, f, x)
     f.__defaults__ = (3.0,)  # NOTE: a new tuple: the old one, which the check held, is unchanged
     _same(gf, f, x)
+
+    _Factor.forward = lambda self, x: x * self.factor + 1  # type: ignore[method-assign]  # NOTE: a rebound method
+    try:
+        _same(g, m, x)
+    finally:
+        del _Factor.forward
+        _Factor.forward = _factor_forward  # type: ignore[method-assign]
 
     p = functools.partial(f, k=4.0)
     gp = guardsolve.guarded(p)
@@ -537,3 +548,95 @@ def test_a_program_comparing_type_with_tensor_runs_eagerly() -> None:
     for _ in range(2):
         assert torch.equal(g(torch.ones(3)), f(torch.ones(3))) and g.last_call.how == "eager"
     assert "type(x)" in g.last_call.why
+
+
+def test_a_generator_of_the_programs_own_is_never_replayed() -> None:
+    gen = torch.Generator()
+
+    def noisy(x: torch.Tensor) -> torch.Tensor:
+        return x + torch.randn(2, 3, generator=gen)  # NOTE: constant shape: was a constant of the trace
+
+    g = guardsolve.guarded(noisy)
+    for seed in (0, 1):
+        gen.manual_seed(seed)
+        got, after = g(torch.zeros(2, 3)), gen.get_state()
+        gen.manual_seed(seed)
+        assert torch.equal(got, noisy(torch.zeros(2, 3))) and torch.equal(after, gen.get_state())
+
+
+def test_a_branch_on_a_global_mode_is_guarded() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if torch.are_deterministic_algorithms_enabled() else x * 3
+
+    g = guardsolve.guarded(f)
+    x = torch.ones(3)
+    _same(g, f, x)
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        _same(g, f, x)
+    finally:
+        torch.use_deterministic_algorithms(before)
+    with torch.inference_mode():
+        h = guardsolve.guarded(lambda x: x * (2 if torch.is_inference_mode_enabled() else 3))
+        assert torch.equal(h(x), x * 2)
+    assert torch.equal(h(x), x * 3)
+
+
+def test_a_hooks_own_state_and_a_configs_class_values_are_state() -> None:
+    scale = [2.0]
+
+    def make(s: float) -> Any:
+        return lambda mod, i, o: o * s
+
+    hook = make(2.0)
+    m = nn.Linear(4, 4).eval()
+    m.register_forward_hook(hook)
+    g = guardsolve.guarded(m)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        _same(g, m, x)
+        hook.__closure__[0].cell_contents = 5.0
+        _same(g, m, x)
+
+    class Cfg:
+        scale = 2.0
+
+    cfg = Cfg()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * cfg.scale
+
+    gf = guardsolve.guarded(f)
+    _same(gf, f, x)
+    Cfg.scale = 3.0
+    _same(gf, f, x)
+    assert scale == [2.0]
+
+
+def test_numpy_of_a_tensor_in_the_program_runs_eagerly() -> None:
+    w = torch.tensor([2.0, 1.0, 1.0, 1.0])
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * torch.as_tensor(w.numpy())  # NOTE: was garbage: the array's memory, a constant, freed
+
+    g = guardsolve.guarded(f)
+    x = torch.ones(2, 4)
+    assert torch.equal(g(x), f(x)) and "numpy()" in g.last_call.why
+    assert torch.Tensor.numpy(w).sum() == 5.0  # NOTE: PyTorch's own method is back after the trace
+
+
+def test_a_cache_dir_that_cannot_be_written_loses_the_entry_not_the_call(tmp_path: pathlib.Path) -> None:
+    import warnings
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    m = nn.Linear(4, 4).eval()
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        g = guardsolve.guarded(m, backend="inductor", cache_dir=str(blocker))
+        x = torch.randn(3, 4)
+        _same(g, m, x)
+        _same(g, m, x)
+    assert g.last_call.how == "compiled"
+    assert any("not saved" in str(w.message) for w in caught)

@@ -66,7 +66,8 @@ from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
 from guardsolve.trace.replay import compile_replay
 from guardsolve.trace.state import StateCheck, reachable_generators, reachable_grad, reachable_tensors, recording
-from guardsolve.trace.static import StaticGuard, autocast_guard, autocast_state, is_static_value, state_guards, value_guard, value_key
+from guardsolve.trace.static import (StaticGuard, autocast_guard, autocast_state, global_modes, is_static_value, state_guards,
+                                     value_guard, value_key)
 from guardsolve.trace.tracer import Trace, is_traced, trace, tracing
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -532,9 +533,9 @@ class GuardedFunction:
     # -- misses ----------------------------------------------------------------------------
 
     def _state(self) -> dict[str, Any]:
-        grad, dtype, cast = torch.is_grad_enabled(), torch.get_default_dtype(), autocast_state()
+        grad, dtype, cast, modes = torch.is_grad_enabled(), torch.get_default_dtype(), autocast_state(), global_modes()
         state: dict[str, Any] = {"_is_grad_enabled": lambda: grad, "_get_default_dtype": lambda: dtype,
-                                 "_autocast": lambda: cast}
+                                 "_autocast": lambda: cast, "_global_modes": lambda: modes}
         if self._modules is not None:
             flags = [m.training for m in self._modules]
             state["_training"] = lambda: flags
@@ -816,7 +817,10 @@ class GuardedFunction:
     def _save(self, entry: Entry, variant: Any) -> None:
         if self.cache_dir is None:
             return
-        why = self._open_store().save(entry, variant)
+        try:
+            why = self._open_store().save(entry, variant)
+        except OSError as e:  # NOTE: the call's result stands; the entry is not saved (a full disk, a file in its way)
+            why = f"not saved: {type(e).__name__}: {e}"
         if why is not None:
             self._log.append(f"cache_dir: entry {entry.key} {why}")
             if not self._warned_save:
@@ -851,7 +855,13 @@ class GuardedFunction:
     def _namespace(self) -> dict[str, Any]:
         """What a loaded check binds that only this process has (a module's training flags)."""
         mods = self._modules
-        return {"_training": (lambda: [m.training for m in mods])} if mods is not None else {}
+        # NOTE: a loaded entry's `_disjoint_guard` checks the arguments against every tensor the
+        # function reaches that needs no grad (the buffers: those it writes among them)
+        buffers = [t for t in reachable_tensors(self.fn) if not t.requires_grad]
+        out: dict[str, Any] = {"_s_disjoint": _disjoint, "_s_written": lambda: buffers}
+        if mods is not None:
+            out["_training"] = lambda: [m.training for m in mods]
+        return out
 
     def _aliased(self, values: tuple[Any, ...]) -> str | None:
         """Why a call whose tensor arguments share memory runs eagerly (the function writes its
@@ -942,7 +952,10 @@ class GuardedFunction:
             static.append(_disjoint_guard(tensors, lambda: [consts[n] for n in state]))
         if self._modules is not None:
             static.append(self._training_guard())
-        gs = simplify(t, timeout_ms=self.timeout_ms, explore=self.explore).with_static(static, names)
+        # NOTE: a trace no entry keeps is not explored (that would run the program again: a user
+        # generator's draws)
+        explore = self.explore and t.unreplayable is None and not t.opaque
+        gs = simplify(t, timeout_ms=self.timeout_ms, explore=explore).with_static(static, names)
         return static, gs
 
     def _partial(self, names: tuple[str, ...], values: tuple[Any, ...], traced: tuple[int, ...]) -> Callable[..., Any]:
@@ -1103,7 +1116,7 @@ class GuardedFunction:
         if self._modules is not None:
             parts.append(tuple(m.training for m in self._modules))
         modes = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), autocast_state())
-        return (tuple(parts), modes, torch.get_default_dtype())
+        return (tuple(parts), modes, torch.get_default_dtype(), global_modes())
 
     def _work(self) -> None:
         """The background: trace each queued call that no entry serves yet, one at a time,

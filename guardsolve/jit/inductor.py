@@ -1142,12 +1142,17 @@ def _direct(call: Callable[..., Any] | None, train: bool = False) -> dict[str, A
         return str(e)
 
 
-def _artifact_bytes(artifact: Any) -> bytes:
-    with tempfile.TemporaryDirectory(prefix="guardsolve-") as d:
-        path = os.path.join(d, "artifact.bin")
-        artifact.save(path=path, format="binary")
-        with open(path, "rb") as f:
-            return f.read()
+def _artifact_bytes(artifact: Any) -> bytes | None:
+    """The artifact as bytes for `cache_dir`, or None where writing them fails (a full disk): the
+    variant serves the call, unsaved."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="guardsolve-") as d:
+            path = os.path.join(d, "artifact.bin")
+            artifact.save(path=path, format="binary")
+            with open(path, "rb") as f:
+                return f.read()
+    except OSError:
+        return None
 
 
 def load_artifact(data: bytes) -> Callable[..., Any]:

@@ -118,6 +118,9 @@ def _saved_expect(leaf: Leaf) -> Any:
                 return ("function", e.__module__, e.__qualname__, _code(e))
             if isinstance(e, (type, types.BuiltinFunctionType)):
                 return ("named", getattr(e, "__module__", None), getattr(e, "__qualname__", None))
+            inner = _descriptor_function(e)
+            if inner is not None:  # NOTE: a class's property, staticmethod or classmethod: by its function
+                return ("descriptor", inner.__module__, inner.__qualname__, _code(inner), type(e).__name__)
             if not isinstance(e, (dict, list, tuple)) and not _python_object(e):  # NOTE: containers: walked
                 raise NotPortable(f"it reads {leaf.where}, a {type(e).__name__} whose state another process "
                                   "cannot compare (not a module, nor a plain Python object)")
@@ -190,8 +193,18 @@ def _resolve_root(how: tuple[Any, ...], fn: Callable[..., Any]) -> Any:
     raise NotPortable(f"unknown root {how!r}")
 
 
+def _descriptor_function(e: Any) -> types.FunctionType | None:
+    """The function a property (its getter), staticmethod or classmethod wraps, or None."""
+    f = e.fget if isinstance(e, property) else e.__func__ if isinstance(e, (staticmethod, classmethod)) else None
+    return f if isinstance(f, types.FunctionType) else None
+
+
 def _fits(saved: Any, cur: Any) -> bool:
     kind, module, qualname = saved[:3]
+    if kind == "descriptor":
+        inner = _descriptor_function(cur)
+        return (type(cur).__name__ == saved[4] and inner is not None and inner.__module__ == module
+                and inner.__qualname__ == qualname and _code(inner) == saved[3])
     if kind == "function":
         return (isinstance(cur, types.FunctionType) and cur.__module__ == module and cur.__qualname__ == qualname
                 and _code(cur) == saved[3])

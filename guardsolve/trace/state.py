@@ -170,8 +170,11 @@ class Recorder:
             for n in _GLOBAL_HOOKS:
                 if isinstance(g.get(n), dict):
                     self.add(g, n, g[n], f"torch.nn.modules.module.{n}", direct=True)
+                    self._hooks(g[n], f"torch.nn.modules.module.{n}")
         if name in d:
             self.add(d, name, value, where, direct=name in _HOOK_DICTS)
+            if name in _HOOK_DICTS and isinstance(value, dict):
+                self._hooks(value, where)
             if name == "_modules" and isinstance(value, dict):
                 for k, sub in value.items():  # NOTE: iterated (a Sequential): named by path
                     self.names.setdefault(id(sub), f"{base}.{k}")
@@ -185,6 +188,16 @@ class Recorder:
         # the instance does not shadow it
         self.add(d, name, _ABSENT, where, absent=True)
         self._class_attr(type(m), name)
+
+    def _hooks(self, hooks: dict[Any, Any], where: str) -> None:
+        """What each hook of a hook dict reads besides its arguments: a function's closure cells
+        and defaults; a bound method's object (`self.scale` of the object whose method it is)."""
+        for k, h in list(hooks.items()):
+            if isinstance(h, types.MethodType):
+                self.add(self._owner(h, "function"), "__self__", h.__self__, f"{where}[{k!r}].__self__")
+                self._function(h.__func__, f"{where}[{k!r}]")
+            elif isinstance(h, (types.FunctionType, functools.partial)):
+                self._function(h, f"{where}[{k!r}]")
 
     def module_dict(self, m: torch.nn.Module, caller: types.CodeType) -> None:
         """The program's own code read a module's `__dict__` (`self.__dict__.get("extra")`): which
@@ -203,17 +216,15 @@ class Recorder:
             self.add(d, k, v, f"{base}.{k}", direct=k in _HOOK_DICTS)
 
     def _class_attr(self, cls: type, name: str) -> None:
-        """A plain value a module read from its class (`Scaled.temperature = 2.0`): the class
-        keeps holding it. Methods, properties and other descriptors are not values (a property's
-        own reads are recorded as it runs), nor is what PyTorch's and the standard library's
-        classes hold."""
+        """What a module read from its class, where the program's own class defines it: a value
+        (`Scaled.temperature = 2.0`) the class keeps holding; a method, property or other
+        descriptor (`Block.act = ...` rebinds it) the class keeps by identity. What PyTorch's and
+        the standard library's classes hold is not the program's state."""
         for c in cls.__mro__:
             if name in c.__dict__:
-                raw = c.__dict__[name]
                 top = (getattr(c, "__module__", None) or "").split(".", 1)[0]
-                if top in _SKIP_MODULES or hasattr(type(raw), "__get__"):
-                    return
-                self.add(self._owner(c, "class"), name, raw, f"{c.__qualname__}.{name}")
+                if top not in _SKIP_MODULES:
+                    self.add(self._owner(c, "class"), name, c.__dict__[name], f"{c.__qualname__}.{name}")
                 return
 
     def _owner(self, obj: Any, kind: str) -> "Attrs":
@@ -392,12 +403,14 @@ def _module_attrs(code: types.CodeType) -> dict[tuple[str, str], tuple[str, ...]
 
 
 class _ModuleHooks:
-    """`nn.Module.__getattribute__` / `__getattr__` that record, installed while any recorder is
-    active in any thread (a count under a lock; the last one out restores PyTorch's)."""
+    """`nn.Module.__getattribute__` / `__getattr__` that record, and a `torch.Tensor.numpy` that
+    refuses while this thread records, installed while any recorder is active in any thread (a
+    count under a lock; the last one out restores PyTorch's)."""
 
     _lock = threading.Lock()
     _active = [0]  # NOTE: mirrors whether torch's class is patched; mutated only under the lock
     _saved: list[Any] = []
+    _numpy: list[Any] = []  # NOTE: `torch.Tensor.numpy` as PyTorch defines it, while it is replaced
 
     def __enter__(self) -> None:
         with self._lock:
@@ -427,6 +440,20 @@ class _ModuleHooks:
 
                 cls.__getattribute__ = __getattribute__  # type: ignore[method-assign]
                 cls.__getattr__ = __getattr__  # type: ignore[method-assign]
+                orig_numpy = torch.Tensor.numpy
+                type(self)._numpy = [orig_numpy]
+
+                def numpy(t: Any, *args: Any, **kwargs: Any) -> Any:
+                    # NOTE: a read of the tensor's values no aten op records and no guard checks
+                    # (a weight made an array and back a tensor was a constant of the trace, and
+                    # its memory freed: garbage): the call runs eagerly
+                    if _RECORDER.get() is not None:
+                        from guardsolve.errors import DataDependentError
+
+                        raise DataDependentError("numpy() of a tensor reads its values, which no guard checks")
+                    return orig_numpy(t, *args, **kwargs)
+
+                torch.Tensor.numpy = numpy  # type: ignore[method-assign]
             self._active[0] += 1
 
     def __exit__(self, *exc: Any) -> None:
@@ -440,6 +467,7 @@ class _ModuleHooks:
                 else:
                     cls.__getattribute__ = getattribute  # type: ignore[method-assign]
                 cls.__getattr__ = getattr_  # type: ignore[method-assign]
+                torch.Tensor.numpy = self._numpy[0]  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -822,6 +850,7 @@ class _Builder:
             inner, items, label = v, list(v.items()) if isinstance(v, dict) else list(enumerate(v)), where
         elif isinstance(getattr(v, "__dict__", None), dict):
             inner, items, label = v.__dict__, list(v.__dict__.items()), None
+            self._class_values(type(v), v.__dict__, where, depth)
         else:
             if not isinstance(v, (set, frozenset)):
                 self.notes.append(f"{where}: a {type(v).__name__} with no __dict__, compared by identity only")
@@ -834,6 +863,25 @@ class _Builder:
                 self.value(name, inner, k, x, f"{where}[{k!r}]" if label else f"{where}.{k}", depth + 1)
             else:
                 self.notes.append(f"{where}: a key of type {type(k).__name__} is not looked into")
+
+
+    def _class_values(self, cls: type, instance: dict[str, Any], where: str, depth: int) -> None:
+        """A plain object's class attributes that are plain values, where the program's own class
+        defines them and the instance does not shadow them (`class Cfg: scale = 2.0`): reads on
+        the object are not recorded, so each is checked, as its `__dict__` is."""
+        seen: set[str] = set(instance)
+        for c in cls.__mro__:
+            top = (getattr(c, "__module__", None) or "").split(".", 1)[0]
+            if c is object or top in _SKIP_MODULES:
+                continue
+            attrs, owner = Attrs(c, "class"), None
+            for k, x in list(c.__dict__.items()):
+                if k in seen or k.startswith("__") or not _is_static(x):
+                    continue
+                seen.add(k)
+                if owner is None:
+                    owner = self.bind(attrs, ("root",))  # NOTE: bound, so it lives as long as the check
+                self.value(owner, attrs, k, x, f"{c.__qualname__}.{k}", depth + 1)
 
 
 def is_state(t: torch.Tensor) -> bool:
@@ -917,8 +965,10 @@ def reachable_generators(fn: Any) -> list[torch.Generator]:
     """
     out: dict[int, torch.Generator] = {}
     for v in _reachable(fn):
-        if isinstance(v, torch.Generator):
-            out.setdefault(id(v), v)
+        held = [x for m in v.modules() for x in vars(m).values()] if isinstance(v, torch.nn.Module) else [v]
+        for x in held:  # NOTE: a module's own attributes too (`self.gen`)
+            if isinstance(x, torch.Generator):
+                out.setdefault(id(x), x)
     return list(out.values())
 
 

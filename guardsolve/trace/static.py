@@ -152,22 +152,48 @@ def autocast_state() -> tuple[tuple[str, torch.dtype], ...]:
     return tuple((d, torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES if torch.is_autocast_enabled(d))
 
 
+def global_modes() -> tuple[bool, bool, bool, str]:
+    """Modes a program may branch on (`if torch.is_inference_mode_enabled():`) and that choose
+    kernels: inference mode, deterministic algorithms, oneDNN enabled, float32 matmul precision.
+
+    >>> global_modes()
+    (False, False, True, 'highest')
+    """
+    return (torch.is_inference_mode_enabled(), torch._C._get_deterministic_algorithms(),
+            torch._C._get_mkldnn_enabled(), torch._C._get_float32_matmul_precision())
+
+
+def modes_said(modes: tuple[bool, bool, bool, str]) -> Said:
+    """`global_modes()` in words.
+
+    >>> modes_said((False, True, True, "high"))
+    inference mode off, deterministic algorithms on, oneDNN on, float32 matmul precision 'high'
+    """
+    onoff = ["off", "on"]
+    return Said(f"inference mode {onoff[modes[0]]}, deterministic algorithms {onoff[modes[1]]}, "
+                f"oneDNN {onoff[modes[2]]}, float32 matmul precision {modes[3]!r}")
+
+
 def state_guards() -> list[StaticGuard]:
-    """Thread-local and global torch state that changes what the same code computes: grad mode
-    and the default dtype (autocast: `autocast_guard`).
+    """Thread-local and global torch state that changes what the same code computes: grad mode,
+    the default dtype, and `global_modes()` (autocast: `autocast_guard`).
 
     >>> for g in state_guards():
     ...     print(g)
     torch.is_grad_enabled() is True
     torch.get_default_dtype() == torch.float32
+    inference mode off, deterministic algorithms off, oneDNN on, float32 matmul precision 'highest'
     """
     grad = torch.is_grad_enabled()
     n_dd, v_dd = _bound("default_dtype", torch.get_default_dtype())
+    n_gm, v_gm = _bound("global_modes", global_modes())
     return [
         StaticGuard(f"torch.is_grad_enabled() is {grad}", f"_is_grad_enabled() is {grad}",
                     "_is_grad_enabled()"),
         StaticGuard(f"torch.get_default_dtype() == {torch.get_default_dtype()}",
                     f"_get_default_dtype() is {n_dd}", "_get_default_dtype()", v_dd),
+        StaticGuard(str(modes_said(global_modes())), f"_global_modes() == {n_gm}", "_modes_said(_global_modes())",
+                    v_gm),
     ]
 
 
@@ -206,7 +232,8 @@ def autocast_guard() -> StaticGuard:
     return StaticGuard(f"{on} is on, and no other", f"_autocast() == {n_ac}", "_autocast_said(_autocast())", v_ac)
 
 
-NAMESPACE: dict[str, Any] = {"_is_grad_enabled": torch.is_grad_enabled,
+NAMESPACE: dict[str, Any] = {"_is_grad_enabled": torch.is_grad_enabled, "_global_modes": global_modes,
+                             "_modes_said": modes_said,
                              "_get_default_dtype": torch.get_default_dtype, "_autocast": autocast_state, "_autocast_said": autocast_said,
                              "_value_key": value_key,
                              "_contiguous_strides": contiguous_strides,

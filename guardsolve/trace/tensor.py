@@ -361,6 +361,10 @@ class TracingMode(TorchDispatchMode):
         real_args, real_kwargs = unflatten(real_flat, spec)
 
         seeded = traced and self.reseeded is None and torch.Tag.nondeterministic_seeded in func.tags
+        if self.reseeded is None and any(isinstance(a, torch.Generator) for a in flat):
+            # NOTE: a generator of the program's own: a replay neither draws from it nor advances it
+            # (a draw of constant shape was a constant of the trace: each call gave the first draw)
+            self.reseeded = f"{qualified_name(func)} draws from a torch.Generator the program passes{self._at()}"
         if traced and self.grad_switch is None and torch.is_grad_enabled() is not self._grad:
             self.grad_switch = (f"{qualified_name(func)} runs with grad mode {'on' if not self._grad else 'off'} inside "
                                 f"a function called with it {'on' if self._grad else 'off'}{self._at()}")
