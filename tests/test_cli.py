@@ -128,6 +128,19 @@ def test_parse_error_and_contradiction(tmp_path: pathlib.Path, capsys: pytest.Ca
     assert "unsatisfiable guards" in err and "line 4" in err and "line 7" in err
 
 
+def test_an_input_defined_twice_or_a_shape_not_of_its_rank_is_one_line(tmp_path: pathlib.Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    x = "x = var_placeholder(name=x, rank=2, shape=[3, 64], dtype=float32)\n"
+    twice = tmp_path / "twice.gs"
+    twice.write_text(x + x.replace("x =", "y =") + "v0 = aten.add.Tensor(x, y)\n")
+    assert main(["report", str(twice)]) == 2
+    assert "input tensor 'x' is already defined by node 0" in capsys.readouterr().err
+    rank = tmp_path / "rank.gs"
+    rank.write_text(x.replace("rank=2", "rank=3") + "v0 = aten.relu.default(x)\n")
+    assert main(["report", str(rank)]) == 2
+    assert "shape=[3, 64] has 2 sizes where rank=3" in capsys.readouterr().err
+
+
 def test_user_exception_while_tracing(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "boom.py"
     script.write_text("def f(x):\n    y = x + x\n    raise ValueError('boom')\n")

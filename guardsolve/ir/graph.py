@@ -248,10 +248,13 @@ class Graph:
         # share a few (`emit`), so most nodes skip the per-param checks (the nodes keep them alive)
         fine: set[tuple[Op, int]] = set()
         plain = _PLAIN
+        inputs_at: dict[Any, int] = {}  # NOTE: an input tensor's name -> its node
         for i, n in enumerate(self.nodes):
             op = n.op
             if op in DIM_OPS and not _new_dim(dims, n.params.get("name"), i):
                 raise DuplicateNameError("an input dim is defined twice", n, i)
+            if op is Op.VAR_PLACEHOLDER:
+                _check_input(n, i, inputs_at)
             shape = plain.get(op)  # type: ignore[call-overload]
             if shape is not None:
                 inputs, params, outputs = shape
@@ -293,8 +296,20 @@ class Graph:
                 d = n.params["name"]
                 raise DuplicateNameError(f"dim {d!r} is already an input, of node {dims[d]}", n, i)
         types: dict[str, Type] = {}
+        inputs_at: dict[Any, int] = {}
         for i, n in enumerate(self.nodes):
             types.update(_check_node(n, i, types, defined_at))
+            if n.op is Op.VAR_PLACEHOLDER:
+                _check_input(n, i, inputs_at)
+
+
+def _check_input(n: Node, i: int, inputs_at: dict[Any, int]) -> None:
+    """An input tensor: its name given once in the graph, and as many sizes as its rank."""
+    name, rank, shape = n.params.get("name"), n.params.get("rank"), n.params.get("shape")
+    if isinstance(name, str) and inputs_at.setdefault(name, i) != i:
+        raise DuplicateNameError(f"input tensor {name!r} is already defined by node {inputs_at[name]}", n, i)
+    if isinstance(shape, (list, tuple)) and isinstance(rank, int) and len(shape) != rank:
+        raise TypeMismatchError(f"shape={list(shape)} has {len(shape)} sizes where rank={rank}", n, i)
 
 
 def _new_dim(dims: dict[Any, int], name: Any, i: int) -> bool:
