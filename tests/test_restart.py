@@ -143,3 +143,52 @@ def test_the_standins_match_inductors_names() -> None:
     from torch._inductor.utils import _align
 
     assert all(kernels._align(n) == _align(n) for n in range(0, 4096, 7))
+
+
+_SCRIPT_MODEL = '''
+import json, sys
+import torch, guardsolve
+
+
+class Net(torch.nn.Module):
+    scale = 2.0  # NOTE: read from the class: a leaf whose root is the module's class
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * self.scale
+
+
+def run(cache_dir: str) -> None:
+    torch.manual_seed(0)
+    g = guardsolve.guarded(Net().eval(), backend="inductor", cache_dir=cache_dir)
+    with torch.no_grad():
+        out = g(torch.ones(2, 4))
+    i = g.cache_info()
+    print(json.dumps({"traces": i.traces, "loaded": i.loaded, "out": out.tolist()}))
+
+
+if __name__ == "__main__":
+    run(sys.argv[1])
+'''
+
+
+def test_a_scripts_model_class_is_found_where_another_process_imports_it(tmp_path: pathlib.Path) -> None:
+    """A model class defined in a script is `__main__.Net` where the script runs and `net.Net`
+    where a server imports it: the saved entry reads the class by the module's place (its
+    type's method order), and its methods by name and code."""
+    (tmp_path / "net.py").write_text(_SCRIPT_MODEL)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tmp_path)}
+    cache = str(tmp_path / "cache")
+
+    def last(cmd: list[str]) -> dict[str, Any]:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=str(tmp_path))
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first = last([sys.executable, str(tmp_path / "net.py"), cache])
+    second = last([sys.executable, "-c", f"import net; net.run({cache!r})"])
+    assert first["traces"] == 1 and second["traces"] == 0 and second["loaded"] == 1, (first, second)
+    assert second["out"] == first["out"]

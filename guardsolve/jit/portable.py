@@ -46,6 +46,8 @@ def _roots(fn: Callable[..., Any]) -> dict[int, tuple[Any, ...]]:
     if isinstance(fn, torch.nn.Module):
         for q, m in fn.named_modules(remove_duplicate=False):
             out.setdefault(id(m.__dict__), ("module", q, None))
+            for i, c in enumerate(type(m).__mro__):  # NOTE: a module's classes, by where they are (a script's
+                out.setdefault(id(c), ("attrs_mro", q, i))  # `__main__.MLP` is another module's class elsewhere)
             for slot in ("_parameters", "_buffers", "_modules"):
                 d = m.__dict__.get(slot)
                 if d is not None:
@@ -68,6 +70,8 @@ def _root_of(obj: Any, roots: dict[int, tuple[Any, ...]], fn: Any = None) -> tup
     if isinstance(obj, Attrs):
         if obj.obj is fn or obj.obj is getattr(fn, "__func__", fn):
             return ("attrs", obj.kind, None, None)
+        if obj.kind == "class" and id(obj.obj) in roots:
+            return roots[id(obj.obj)]
         module, qualname = getattr(obj.obj, "__module__", None), getattr(obj.obj, "__qualname__", None)
         if obj.kind != "partial" and isinstance(module, str) and isinstance(qualname, str) \
                 and _lookup(module, qualname) is obj.obj:
@@ -178,6 +182,9 @@ def _resolve_root(how: tuple[Any, ...], fn: Callable[..., Any]) -> Any:
             return getattr(fn, "__func__", fn).__defaults__
         case ("kwdefaults",):
             return getattr(fn, "__func__", fn).__kwdefaults__
+        case ("attrs_mro", q, i):
+            m = fn.get_submodule(q) if q else fn  # type: ignore[union-attr]
+            return Attrs(type(m).__mro__[i], "class")
         case ("attrs", kind, None, None):
             return Attrs(fn if kind == "partial" else getattr(fn, "__func__", fn), kind)
         case ("attrs", kind, module, qualname):
@@ -203,11 +210,12 @@ def _fits(saved: Any, cur: Any) -> bool:
     kind, module, qualname = saved[:3]
     if kind == "descriptor":
         inner = _descriptor_function(cur)
-        return (type(cur).__name__ == saved[4] and inner is not None and inner.__module__ == module
-                and inner.__qualname__ == qualname and _code(inner) == saved[3])
+        return (type(cur).__name__ == saved[4] and inner is not None and inner.__qualname__ == qualname
+                and _code(inner) == saved[3])
     if kind == "function":
-        return (isinstance(cur, types.FunctionType) and cur.__module__ == module and cur.__qualname__ == qualname
-                and _code(cur) == saved[3])
+        # NOTE: by its name in its class or module and its code, not its module's name: a script's
+        # functions are `__main__`'s where it runs, its own module's where another process imports it
+        return isinstance(cur, types.FunctionType) and cur.__qualname__ == qualname and _code(cur) == saved[3]
     if kind == "named":
         return getattr(cur, "__module__", None) == module and getattr(cur, "__qualname__", None) == qualname
     return type(cur).__module__ == module and type(cur).__qualname__ == qualname
