@@ -123,6 +123,7 @@ class Recorder:
         self._codes: dict[types.CodeType, tuple[str, ...]] = {}
         self._funcs: set[int] = set()
         self._attrs: dict[int, Attrs] = {}  # id(class or function) -> its `Attrs` (one owner per object)
+        self._class_read: set[tuple[type, str]] = set()  # NOTE: (class, name) read from a module's class
         self._user_code: dict[types.CodeType, bool] = {}  # code that read a `__dict__` -> is it the program's
         # NOTE: where the program's code compares `type(x)` with `torch.Tensor`: a traced tensor is a
         # subclass, so the trace took the other side of that comparison than eager (`_compares_type_with_tensor`)
@@ -187,7 +188,9 @@ class Recorder:
         # NOTE: found on the class (a method, a property, a class constant): it stays so while
         # the instance does not shadow it
         self.add(d, name, _ABSENT, where, absent=True)
-        self._class_attr(type(m), name)
+        if (type(m), name) not in self._class_read:  # NOTE: each method call reads it again while tracing
+            self._class_read.add((type(m), name))
+            self._class_attr(type(m), name)
 
     def _hooks(self, hooks: dict[Any, Any], where: str) -> None:
         """What each hook of a hook dict reads besides its arguments: a function's closure cells
@@ -704,6 +707,7 @@ class StateCheck:
 
     def failure(self) -> str | None:
         """The first leaf the state fails, with what it holds now, or None."""
+        now = []
         for leaf, get in zip(self.leaves, self._getters):
             try:
                 cur = get()
@@ -711,7 +715,8 @@ class StateCheck:
                 return f"{leaf.line()} failed ({type(e).__name__}: {e})"
             if not _same(leaf, cur):
                 return f"{leaf.line()} failed (found {_show(leaf, cur)})"
-        return self._untied([get() for get in self._getters])
+            now.append(cur)
+        return self._untied(now)
 
     def _untied(self, now: list[Any]) -> str | None:
         """Leaves that read one tensor and now read two (`now`: each leaf's current value), in words, or None."""
