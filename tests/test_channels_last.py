@@ -1,8 +1,11 @@
 """The channels-last pass of compiled graphs (`jit/layout.py`) and max pooling's backward as
 ATen's op: where the pass copies, the layouts of what the graph returns at real and symbolic
-sizes, and random conv nets served compiled against eager."""
+sizes, and random conv nets served compiled against eager. The layouts a compile decides
+without reading the batch size (`conv_formats`, `squeeze_views`) against ATen's own."""
 
 from __future__ import annotations
+
+from typing import Any, Iterator
 
 import pytest
 import torch
@@ -10,7 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from guardsolve.jit.layout import channels_last
+from guardsolve.jit.layout import channels_last, channels_last_strides, conv_formats, squeeze_strides
 
 aten = torch.ops.aten
 W = torch.randn(4, 3, 3, 3)
@@ -92,7 +95,9 @@ def test_an_inference_conv_net_is_served_channels_last_over_image_sizes_with_eag
                               torch.nn.Conv2d(8, 4, 3, padding=1)).eval()
     fast = guardsolve.guarded(net, backend="inductor")
     with torch.no_grad():
-        for shape in [(2, 3, 16, 16), (3, 3, 12, 20), (2, 3, 10, 14)]:
+        # NOTE: batch 1 and 17 too: a fake convolution's layout read the batch (oneDNN from 2 and
+        # from 16), which held every compile to 2 <= batch <= 15 (`conv_formats`)
+        for shape in [(2, 3, 16, 16), (3, 3, 12, 20), (1, 3, 10, 14), (17, 3, 8, 8), (0, 3, 8, 8)]:
             x = torch.randn(shape)
             got, want = fast(x), net(x)
             assert got.stride() == want.stride() and torch.allclose(got, want, atol=1e-5)
@@ -127,7 +132,7 @@ def _random_conv_net(rng: "random.Random") -> torch.nn.Module:
 @pytest.mark.parametrize("seed", range(12))
 def test_random_conv_nets_are_served_as_eager_at_image_sizes(seed: int) -> None:
     """Random conv nets through `guarded` (inference): every call's output equals eager's in
-    values and strides, at sizes from 8 up, odd and non-square, batch 1 to 3."""
+    values and strides, at sizes from 8 up, odd and non-square, batch 0 to 3 and 17."""
     import random
 
     import guardsolve
@@ -138,7 +143,7 @@ def test_random_conv_nets_are_served_as_eager_at_image_sizes(seed: int) -> None:
     fast = guardsolve.guarded(net, backend="inductor")
     with torch.no_grad():
         for _ in range(4):
-            x = torch.randn(rng.randint(1, 3), net[0].in_channels, rng.randint(8, 20), rng.randint(8, 20))
+            x = torch.randn(rng.choice([0, 1, 2, 3, 17]), net[0].in_channels, rng.randint(8, 20), rng.randint(8, 20))
             try:
                 want = net(x)
             except RuntimeError:
@@ -147,3 +152,101 @@ def test_random_conv_nets_are_served_as_eager_at_image_sizes(seed: int) -> None:
             assert got.shape == want.shape and got.stride() == want.stride(), (net, x.shape)
             assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (net, x.shape)
     assert fast.cache_info().eager_calls == 0, fast.cache_info().eager_reasons
+
+
+def _format_cases() -> "Iterator[tuple[torch.Tensor, torch.Tensor, dict[str, Any]]]":
+    """2-D convolutions of every kind `conv_formats` decides: dtypes, input and weight layouts,
+    batch 0 to 17 (oneDNN's thresholds 2 and 16), spatial sizes, kernels, strides, dilations,
+    groups, transposed, an input that requires grad."""
+    import itertools
+
+    for dt, fi, fw, b, hw, k, s, d, g, tr, rg in itertools.product(
+            (torch.float32, torch.float64, torch.bfloat16), (0, 1), (0, 1), (0, 1, 2, 15, 16, 17), (1, 6), (1, 3),
+            (1, 2), (1, 2), (1, 2), (False, True), (False, True)):
+        if hw + 2 < d * (k - 1) + 1:
+            continue  # NOTE: a kernel wider than the padded input: ATen raises
+        x = torch.randn(b, 4, hw, hw, dtype=dt, requires_grad=rg)
+        w = torch.randn(4, 4 // g, k, k, dtype=dt)  # NOTE: (out, in / g) or, transposed, (in, out / g)
+        if fi:
+            x = x.detach().to(memory_format=torch.channels_last).requires_grad_(rg)
+        if fw:
+            w = w.to(memory_format=torch.channels_last)
+        yield x, w, dict(bias=None, stride=[s, s], padding=[1, 1], dilation=[d, d], transposed=tr,
+                         output_padding=[0, 0], groups=g)
+
+
+def test_conv_formats_lays_out_every_convolution_as_atens_own_pick() -> None:
+    """The memory format a fake convolution takes under `conv_formats` (no batch read) is the
+    one ATen's own backend pick gives, on 1 and 2 threads (oneDNN's 1x1 rule reads them)."""
+    select, fmt = torch._C._select_conv_backend, torch._C._conv_determine_backend_memory_format
+    threads = torch.get_num_threads()
+    cases = differ = 0
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            for x, w, kw in _format_cases():
+                want = fmt(x, w, select(x, w, **kw))
+                with conv_formats():
+                    got = torch._C._conv_determine_backend_memory_format(x, w, torch._C._select_conv_backend(x, w, **kw))
+                cases, differ = cases + 1, differ + (got != want)
+    finally:
+        torch.set_num_threads(threads)
+    assert (torch._C._select_conv_backend, torch._C._conv_determine_backend_memory_format) == (select, fmt)
+    assert cases > 10000 and differ == 0
+
+
+def test_conv_formats_leaves_convolutions_it_does_not_decide_to_aten() -> None:
+    """With oneDNN off (NNPACK then takes batches from 16, contiguous), ATen picks as before."""
+    x, w = torch.randn(16, 4, 6, 6).to(memory_format=torch.channels_last), torch.randn(4, 4, 3, 3)
+    kw = dict(bias=None, stride=[1, 1], padding=[1, 1], dilation=[1, 1], transposed=False, output_padding=[0, 0], groups=1)
+    with torch.backends.mkldnn.flags(enabled=False):
+        want = torch._C._select_conv_backend(x, w, **kw)
+        with conv_formats():
+            got = torch._C._select_conv_backend(x, w, **kw)
+    assert got == want and str(got) != "_ConvBackend.Slow2d"
+
+
+def test_channels_last_strides_is_atens_suggestion() -> None:
+    """`channels_last_strides` against ATen's suggested memory format (a channels-last weight
+    never suggested: its convolution's format is the input's), over permuted, sliced and
+    expanded tensors with sizes 0, 1 and more."""
+    import itertools
+    import random
+
+    rng = random.Random(0)
+    w = torch.randn(1, 1, 1, 1)
+    slow = torch._C._ConvBackend.Slow2d
+    checked = 0
+    for sizes in itertools.product((0, 1, 2, 3), repeat=4):
+        for _ in range(6):
+            base = torch.randn(*[s + rng.randint(0, 2) for s in sizes])
+            x = base[tuple(slice(0, s, rng.choice([1, 2]) if s > 1 else 1) for s in sizes)]
+            x = x.permute(*rng.sample(range(4), 4)).contiguous().permute(*rng.sample(range(4), 4))
+            x = x[:sizes[0] if x.shape[0] >= sizes[0] else None]
+            if rng.random() < 0.2:
+                x = torch.randn(1, *x.shape[1:]).expand(x.shape)
+            ww = w.expand(1, x.shape[1], 1, 1).contiguous()
+            want = torch._C._conv_determine_backend_memory_format(x, ww, slow) == torch.channels_last
+            assert channels_last_strides(x.shape, x.stride()) == want, (x.shape, x.stride())
+            checked += 1
+    assert checked == 256 * 6
+
+
+def test_squeeze_strides_address_what_the_view_addresses() -> None:
+    """A view that drops or inserts dims of size 1, laid out by `squeeze_strides`, reads the
+    elements `view` reads, over permuted and sliced tensors; any other view is left (None)."""
+    import random
+
+    rng = random.Random(1)
+    for _ in range(400):
+        sizes = [rng.choice([1, 1, 2, 3, 5]) for _ in range(rng.randint(1, 4))]
+        x = torch.randn(*[s * 2 for s in sizes])[tuple(slice(0, s * rng.choice([1, 2]), rng.choice([1, 2])) for s in sizes)]
+        x = x[tuple(slice(0, s) for s in sizes)].permute(*rng.sample(range(len(sizes)), len(sizes)))
+        new = [s for s in x.shape if s != 1 or rng.random() < 0.5]
+        for _ in range(rng.randint(0, 2)):
+            new.insert(rng.randint(0, len(new)), 1)
+        strides = squeeze_strides(list(x.shape), list(x.stride()), new)
+        assert strides is not None
+        got = torch.as_strided(x, new, strides, x.storage_offset())
+        assert torch.equal(got, x.reshape(new)), (x.shape, x.stride(), new)
+    assert squeeze_strides([2, 3], [3, 1], [6]) is None and squeeze_strides([2, 3], [3, 1], [3, 2]) is None

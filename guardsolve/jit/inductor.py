@@ -48,7 +48,7 @@ from guardsolve.errors import GuardsolveError
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.jit.decompose import retrace_scope
-from guardsolve.jit.layout import channels_last, pool_backward
+from guardsolve.jit.layout import channels_last, conv_formats, pool_backward, squeeze_views
 from guardsolve.jit.variant import BackendGuard, Variant, runner
 from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
 from guardsolve.solve.guardset import GuardSet
@@ -537,7 +537,7 @@ def _build(program: Callable[..., Any], t: Trace, values: Sequence[Any], consts:
             table = {**(table or {}), **_TRAIN_DECOMPOSED}
         # NOTE: a composite whose C++ kernel reads sizes as ints (upsample's `.vec`) would pin
         # every dim or fail; it runs its Python decomposition instead (`jit/decompose.py`)
-        with scope, mode, torch.no_grad(), retrace_scope(called):
+        with scope, mode, torch.no_grad(), retrace_scope(called), conv_formats():
             gm = make_fx(lambda *a: program(*a[:head]), tracing_mode="fake",
                          decomposition_table=table)(*fakes, *const_fakes, *size_args)
             gm = channels_last(gm, mode, [*fakes, *const_fakes, *size_args])
@@ -1036,7 +1036,7 @@ def _standalone(gm: Any, inputs: list[Any], oblivious: bool, threads: int | None
     # NOTE: a donated buffer (a saved activation the backward frees as it goes) makes
     # `backward(retain_graph=True)` and a second backward raise, which eager allows
     donate = torch._functorch.config.patch(donated_buffer=False) if train else contextlib.nullcontext()
-    with scope, config.patch(patch), donate:
+    with scope, config.patch(patch), donate, conv_formats(), squeeze_views():
         options = {"decompositions": _training_decompositions()} if train else {}
         artifact = torch._inductor.standalone_compile(gm, inputs, dynamic_shapes="from_graph", options=options)
     if train and not keep_saved_tensors(artifact):

@@ -127,6 +127,181 @@ def _contiguous_exprs(v: torch.Tensor, old: tuple[Any, ...]) -> bool:
     return True
 
 
+# -- a fake convolution's memory format, without the batch size ---------------------------------
+
+_FORMAT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+def _batch_free(input: Any, weight: Any) -> bool:
+    """Whether `conv_formats` decides this convolution's backend: a 2-D one on CPU tensors
+    (neither a oneDNN tensor) of a measured dtype, with oneDNN enabled (a static guard of every
+    entry: with it off, NNPACK takes batches from 16 and lays out its output contiguously)."""
+    return (isinstance(input, torch.Tensor) and isinstance(weight, torch.Tensor) and input.dim() == 4
+            and weight.dim() == 4 and input.device.type == "cpu" and weight.device.type == "cpu"
+            and not input.is_mkldnn and not weight.is_mkldnn and input.dtype in _FORMAT_DTYPES
+            and torch.backends.mkldnn.is_available() and torch._C._get_mkldnn_enabled())
+
+
+@contextlib.contextmanager
+def conv_formats() -> Any:
+    """While it holds, a fake 2-D convolution on CPU picks its output's memory format without
+    reading the batch size; for a compile only (guardsolve's tracing runs ATen's own choice).
+
+    A fake convolution lays out its output as the backend ATen would pick
+    (`_select_conv_backend`), and the pick reads the batch size: oneDNN from batch 2 or 16
+    (`use_mkldnn`: `input.size(0) > 1`, `>= 16`), the native kernel below. Every compile of a
+    conv net then held `x0 > 1` (and `x0 < 16`): a U-Net or ViT served batch 1 by a second
+    compile. On CPU with oneDNN enabled, every backend ATen picks for a 2-D convolution lays out
+    its output by one rule (channels-last where the input or the weight suggests it) except
+    `Empty` (a batch or channel count of 0: contiguous). So the pick here is `Empty` where the
+    input has no elements (a guard on the sizes that decide it) and the native kernel of the
+    same kind otherwise, and the format that kernel gives is computed by `channels_last_strides`
+    (ATen's rule, less a comparison of the batch that decides nothing). Checked against ATen's
+    own pick and format over 67,584 convolutions once (dtypes with float16, layouts, batch 0-17,
+    spatial sizes, kernels, strides, dilations, groups, transposed, grad, 1-2 threads) and over
+    a part of them in `tests/test_channels_last.py`: 0 formats differ. An output whose strides
+    still differed at run time would fail Inductor's `assert_size_stride` on the convolution's
+    output (an error, which the call turns into a miss, never a wrong result).
+
+        >>> import torch
+        >>> x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3)
+        >>> with conv_formats():
+        ...     kind = torch._C._select_conv_backend(x, w, stride=[1, 1], padding=[1, 1], dilation=[1, 1],
+        ...                                          transposed=False, output_padding=[0, 0], groups=1, bias=None)
+        ...     str(kind), torch._C._conv_determine_backend_memory_format(x.to(memory_format=torch.channels_last), w, kind)
+        ('_ConvBackend.Slow2d', torch.channels_last)
+    """
+    select_backend, backend_format = torch._C._select_conv_backend, torch._C._conv_determine_backend_memory_format
+    kinds = torch._C._ConvBackend
+    ours = (kinds.Empty, kinds.Slow2d, kinds.SlowDilated2d, kinds.SlowTranspose2d)
+
+    def select(input: Any, weight: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or not _batch_free(input, weight):
+            return select_backend(input, weight, *args, **kwargs)
+        if input.shape[0] == 0 or input.shape[1] == 0:
+            return kinds.Empty
+        if kwargs.get("transposed"):
+            return kinds.SlowTranspose2d
+        return kinds.SlowDilated2d if any(d != 1 for d in kwargs.get("dilation", ())) else kinds.Slow2d
+
+    def fmt(input: Any, weight: Any, backend: Any) -> Any:
+        if backend not in ours or not _batch_free(input, weight):
+            return backend_format(input, weight, backend)
+        if backend == kinds.Empty:
+            return torch.contiguous_format
+        cl = channels_last_strides(input.shape, input.stride()) or channels_last_strides(weight.shape, weight.stride())
+        return torch.channels_last if cl else torch.contiguous_format
+
+    torch._C._select_conv_backend, torch._C._conv_determine_backend_memory_format = select, fmt
+    try:
+        yield
+    finally:
+        torch._C._select_conv_backend, torch._C._conv_determine_backend_memory_format = select_backend, backend_format
+
+
+def _literal_one(d: Any) -> bool:
+    if isinstance(d, torch.SymInt):
+        return bool(d.node.expr == 1)
+    return type(d) is int and d == 1
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two sizes are the same expression (compared as written: no guard)."""
+    if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
+        return bool(a.node.expr == b.node.expr)
+    return type(a) is int and type(b) is int and a == b
+
+
+def squeeze_strides(old_shape: Sequence[Any], old_stride: Sequence[Any], new_shape: Sequence[Any]) -> list[Any] | None:
+    """The strides of a view that only drops or inserts dims of size 1 (`old_shape` with some
+    literal 1s taken out or put in is `new_shape`, expression by expression), or None for any
+    other view: the kept dims keep their strides, an inserted one takes the next dim's extent.
+    Exact at every size, with no guard: a dim of size 1 is only ever indexed at 0, so its
+    stride addresses nothing.
+
+        >>> squeeze_strides([1, 4, 3], [99, 1, 4], [4, 3]), squeeze_strides([4, 3], [1, 4], [4, 1, 3])
+        ([1, 4], [1, 12, 4])
+        >>> squeeze_strides([4, 3], [3, 1], [12]) is None
+        True
+    """
+    out: list[Any] = []
+    inserted: list[int] = []
+    i = j = 0
+    while i < len(old_shape) or j < len(new_shape):
+        if i < len(old_shape) and j < len(new_shape) and _same(old_shape[i], new_shape[j]):
+            out.append(old_stride[i])
+            i, j = i + 1, j + 1
+        elif i < len(old_shape) and _literal_one(old_shape[i]):
+            i += 1
+        elif j < len(new_shape) and _literal_one(new_shape[j]):
+            inserted.append(len(out))
+            out.append(None)
+            j += 1
+        else:
+            return None
+    for k in reversed(inserted):
+        out[k] = out[k + 1] * new_shape[k + 1] if k + 1 < len(out) else 1
+    return out
+
+
+@contextlib.contextmanager
+def squeeze_views() -> Any:
+    """While it holds, Inductor lays out a view that only drops or inserts dims of size 1 (a
+    `squeeze`, `unsqueeze`, or `select`, which Inductor lowers as a slice and a squeeze) by
+    `squeeze_strides`; for a compile only.
+
+    Inductor computes a view's strides by PyTorch's general rule (`_compute_stride`), which
+    asks of every dim whether its size is 1: a ViT's `q, k, v = qkv.permute(2, 0, 3, 1,
+    4)` (an `unbind` of the permuted projection) held `x0 != 1` and `x0 > 1` on the batch,
+    so batch 1 needed a second compile. Fake tensors' own views keep PyTorch's rule (their
+    strides are the ones eager computes)."""
+    from torch._inductor import ir
+    from torch._subclasses import fake_impls
+
+    general = fake_impls._compute_stride
+    create = ir.View.__dict__["create"]
+
+    def strides(old_shape: Any, old_stride: Any, new_shape: Any, *args: Any, **kwargs: Any) -> Any:
+        found = squeeze_strides(old_shape, old_stride, new_shape)
+        return found if found is not None else general(old_shape, old_stride, new_shape, *args, **kwargs)
+
+    def view(cls: Any, x: Any, new_size: Any) -> Any:
+        fake_impls._compute_stride = strides
+        try:
+            return create.__func__(cls, x, new_size)
+        finally:
+            fake_impls._compute_stride = general
+
+    ir.View.create = classmethod(view)
+    try:
+        yield
+    finally:
+        ir.View.create = create
+
+
+def channels_last_strides(sizes: Sequence[Any], strides: Sequence[Any]) -> bool:
+    """Whether ATen suggests channels-last for a 4-D tensor of these sizes and strides
+    (`is_channels_last_strides_2d`, c10/core/MemoryFormat.h), with one comparison fewer: ATen
+    multiplies its running minimum by the batch size where it exceeds 1 after the last check,
+    which decides nothing but, at symbolic sizes, guarded `x0 > 1`.
+
+        >>> channels_last_strides([2, 3, 4, 5], [60, 1, 15, 3]), channels_last_strides([2, 3, 4, 5], [60, 20, 5, 1])
+        (True, False)
+        >>> channels_last_strides([2, 1, 1, 1], [1, 1, 1, 1])  # N111: contiguous by ATen's convention
+        False
+    """
+    if strides[1] == 0:
+        return False
+    least: Any = 0
+    for d in (1, 3, 2, 0):
+        if sizes[d] == 0 or strides[d] < least or (d == 0 and least == strides[1]):
+            return False
+        least = strides[d]
+        if d != 0 and sizes[d] > 1:
+            least = least * sizes[d]
+    return True
+
+
 # -- max pooling's backward as ATen's kernel -----------------------------------------------------
 
 _SCHEMA = ("max_pool2d_backward(Tensor grad_out, Tensor x, int[] kernel_size, int[] stride, int[] padding, "
