@@ -133,6 +133,25 @@ def test_a_direct_load_refuses_what_was_not_saved(saved: tuple[pathlib.Path, Any
         kernels.load({**direct, "machine": "riscv128"})
 
 
+def test_a_library_loaded_again_is_mapped_once(saved: tuple[pathlib.Path, Any]) -> None:
+    """Loading the same saved kernels again (an entry offered to many programs, a process that
+    builds many guarded functions on one `cache_dir`) imports no new copy of the library: each
+    copy stayed mapped for good, and 150 programs reached the kernel's map limit (a segfault)."""
+    _, variant = saved
+    direct = variant.direct
+
+    def mapped() -> int:
+        with open("/proc/self/maps") as f:
+            return sum("guardsolve_kernel_" in line for line in f)
+
+    first = kernels.load(direct)
+    before = mapped()
+    again = [kernels.load(direct) for _ in range(5)]
+    assert mapped() == before > 0
+    args = [torch.randn(3, 16), *(p.detach() for p in _mlp().parameters())]
+    assert all(torch.equal(c(list(args))[0], first(list(args))[0]) for c in again)
+
+
 def test_the_standins_match_inductors_names() -> None:
     """Each stand-in replaces a name Inductor's modules still have (a torch upgrade that renames
     one fails here, not in a restart); `_align` computes what Inductor's does."""

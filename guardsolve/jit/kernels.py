@@ -259,20 +259,32 @@ def capture(call: Callable[..., Any]) -> dict[str, Any]:
 # -- loading ------------------------------------------------------------------------------------
 
 
-def _import_library(folder: str, key: str, entry: str, data: bytes) -> Any:
+def _import_library(folder: str, entry: str, data: bytes) -> Any:
     """A kernel library imported as Inductor imports it (a Python extension whose init reads
-    where torch's tensor-data function is)."""
-    path = os.path.join(folder, f"{key[:32]}.so")
+    where torch's tensor-data function is), once per process for the same bytes.
+
+    NOTE: an extension module is never unloaded, and each import of a new file maps it anew (5
+    to 6 memory maps): a process that loaded saved entries again and again (150 programs
+    sharing one `cache_dir`, each offered every entry) reached the kernel's limit of 65,530
+    maps in 2 minutes, and the next allocation failed (a segfault in z3's context creation).
+    The module is registered in `sys.modules` under the hash of its bytes, so the same library
+    loads once; its kernels keep no state of their own."""
+    name = f"guardsolve_kernel_{hashlib.sha256(data).hexdigest()[:32]}.{entry}"
+    known = sys.modules.get(name)
+    if known is not None:
+        return getattr(known, entry)
+    path = os.path.join(folder, f"{name.split('.')[0]}.so")
     with open(path, "wb") as f:
         f.write(data)
     os.environ["_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"] = str(
         torch._C._dynamo.guards._torchinductor_pyobject_tensor_data_ptr)  # type: ignore[attr-defined]
     # NOTE: the module's last name picks its init function (PyInit_kernel, PyInit_inductor_entry_cpp)
-    spec = importlib.util.spec_from_file_location(f"guardsolve_kernel_{key[:32]}.{entry}", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise NotDirect(f"its library {key[:12]} is not an importable extension")
+        raise NotDirect(f"its library {name[18:30]} is not an importable extension")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    sys.modules[name] = module
     return getattr(module, entry)
 
 
@@ -292,7 +304,7 @@ def load(saved: Mapping[str, Any]) -> Callable[[list[Any]], Any]:
         # NOTE: a library stays mapped once imported: its file is removed right after
         with tempfile.TemporaryDirectory(prefix="guardsolve-kernels-") as folder:
             for key, (entry, data) in saved["kernels"].items():
-                loaded[key] = _import_library(folder, key, entry, data)
+                loaded[key] = _import_library(folder, entry, data)
     except (ImportError, OSError) as e:
         raise NotDirect(f"its kernels do not load here ({type(e).__name__}: {e})") from e
 
