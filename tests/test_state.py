@@ -386,6 +386,28 @@ def test_a_tensor_whose_storage_is_replaced_in_place_is_read_where_it_lives_now(
     assert gs.cache_info().traces == 2
 
 
+def test_inductor_asserts_the_layout_of_constants_not_of_the_checked_inputs() -> None:
+    """The generated code asserts a constant's sizes and strides (a `resize_` in place is seen
+    there, as above) and not an input's, which the variant's check holds before every call (24
+    asserts, about a sixth of a small MoE call)."""
+    import inspect
+
+    s = torch.ones(3)
+
+    def scaled(x: torch.Tensor) -> torch.Tensor:
+        return x * s + 1
+
+    g = guardsolve.guarded(scaled, backend="inductor")
+    _same(g, scaled, torch.ones(2, 3))
+    call = g.entries[0].variants[0].run.__globals__["_art"]  # NOTE: Inductor's `call` (a plain graph)
+    source = inspect.getsource(inspect.getmodule(call))
+    asserts = [line.strip() for line in source.splitlines() if line.strip().startswith("assert_size_stride(")]
+    assert len(asserts) == 1 and "(3, ), (1, )" in asserts[0], asserts
+    _same(g, scaled, torch.ones(5, 3))
+    _same(g, scaled, torch.ones(5, 6)[:, ::2])  # NOTE: other strides: the check refuses, another variant
+    assert g.cache_info().compiles == 2
+
+
 def test_arguments_that_share_memory_with_a_write_run_eagerly() -> None:
     def h(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         b.copy_(a * 2)
