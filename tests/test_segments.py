@@ -106,6 +106,12 @@ def test_an_item_branch_runs_as_compiled_segments_and_resumes_in_the_other_path(
     text = g.entries[0].variants[0].explain()
     assert "checked on the data: v0.item() > 0.0" in text or "checked on the data: not (v0.item() > 0.0)" in text
     assert "compiled variant" in text
+    # NOTE: the second call's miss: entry 0's sizes held and its data took the other path, said
+    # as such (was "no compiled variant's check holds: variant 0: all guards hold")
+    second = [r for r in info.miss_reasons if r.startswith("entry 0") and "variant 0" in r]
+    assert second and all("the call's data took a path its segments do not run" in r for r in second), \
+        info.miss_reasons
+    assert not any("variant 0: all guards hold" in r for r in info.miss_reasons)
 
 
 @pytest.mark.slow

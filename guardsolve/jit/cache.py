@@ -271,13 +271,24 @@ class _Miss:
             return f"the state it read changed: {now or 'since changed back'}"
         if why == "all guards hold" and variants and e.autograd is None:
             # NOTE: the trace fits; what the backend assumed does not (a stride, a 0/1 size)
-            fails = [f"variant {j}: {v.guards.explain_failure(*self.desc, state=self.state)}"
-                     for j, v in enumerate(variants)]
+            fails = [f"variant {j}: {_variant_failure(v, self.desc, self.state)}" for j, v in enumerate(variants)]
             lead = "its trace's guards hold; " if e.trace is not None else ""
             return f"{lead}no compiled variant's check holds: " + "; ".join(fails)
         if why == "all guards hold":
             return "all guards hold (it was published or changed after this call looked)"
         return why
+
+
+def _variant_failure(v: Any, desc: tuple[Any, ...], state: dict[str, Any]) -> str:
+    """Why a compiled variant did not serve a call whose trace's guards held: the guard its check
+    failed; or, where every guard holds, that its segments' data took another path (named in the
+    reason before, where the run stopped) or that it was added after the call looked."""
+    why = v.guards.explain_failure(*desc, state=state)
+    if why != "all guards hold":
+        return why
+    if getattr(v, "segments", None) is not None:
+        return "its sizes hold; the call's data took a path its segments do not run (see where it stopped)"
+    return "all guards hold (it was compiled after this call looked)"
 
 
 class GuardedFunction:
