@@ -411,3 +411,20 @@ def test_a_small_traces_run_budget_goes_on_while_every_probe_finds_a_route() -> 
         assert len(r.graph.nodes) <= SMALL_TRACE
         held = merge_paths(r, guardsolve.simplify(r, explore=False, readable=False), runs=0).exploration
     assert held.probes and held.left > 0, held.summary()
+
+
+@pytest.mark.parametrize("shapes", [[(2, 3), (2, 3)], [(6,), (6,)], [(4, 5), (1, 5)]])
+def test_exploring_never_writes_to_the_callers_tensors(shapes: list[tuple[int, ...]]) -> None:
+    """The first call of a function that writes to its input (`x.add_(y)`) writes once, as
+    eager: exploration traces the function again at other sizes on inputs of its own. It used
+    to pass the caller's tensor itself where a probe left its sizes as they were (x got y 4
+    times at (2, 3), twice at (6,))."""
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x.add_(y) * y
+
+    x, y = torch.zeros(shapes[0]), torch.ones(shapes[1])
+    want_x = x.clone().add_(y)
+    g = guardsolve.guarded(f)
+    out = g(x, y)
+    assert torch.equal(x, want_x) and torch.equal(out, want_x * y)
+    assert g.cache_info().traces == 1

@@ -180,8 +180,13 @@ def _classes(base: Any) -> list[tuple[str, ...]]:
 
 def _resized(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     """`x` at another shape, its values taken (wrapping round) from `x`'s own, so that
-    indices stay in range; contiguous, with x's dtype, device and requires_grad."""
-    y = x.detach()
+    indices stay in range; contiguous, with x's dtype, device and requires_grad; always a tensor
+    of its own.
+
+    NOTE: at a point that leaves x's sizes as they are, this was `x` itself (detached: the
+    caller's memory), and a probe of `x.add_(y)` added to the caller's tensor again: the first
+    call of `guarded` left x with 4 y added."""
+    y = x.detach().clone(memory_format=torch.contiguous_format)
     for d, n in enumerate(shape):
         if y.shape[d] == n:
             continue
