@@ -250,3 +250,26 @@ def test_squeeze_strides_address_what_the_view_addresses() -> None:
         got = torch.as_strided(x, new, strides, x.storage_offset())
         assert torch.equal(got, x.reshape(new)), (x.shape, x.stride(), new)
     assert squeeze_strides([2, 3], [3, 1], [6]) is None and squeeze_strides([2, 3], [3, 1], [3, 2]) is None
+
+
+@pytest.mark.parametrize("backend", ["replay", "inductor"])
+def test_the_tracing_call_returns_eagers_layout(backend: str) -> None:
+    """A convolution of a channels-last input is channels-last in eager and contiguous by its
+    shape rule; the trace copies eager's output into the rule's strides, so the call that
+    traced returned a contiguous output where every later call (and eager) gives channels-last.
+    It is served as the later calls are; a trace that writes its input keeps its own run (once)."""
+    import guardsolve
+
+    torch.manual_seed(0)
+    w = torch.randn(4, 3, 3, 3)
+    x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
+    want = torch.conv2d(x, w)
+    g = guardsolve.guarded(lambda a: torch.conv2d(a, w), backend=backend)
+    for _ in range(2):
+        got = g(x)
+        assert got.stride() == want.stride() and torch.allclose(got, want, atol=1e-5)
+    def written(a: torch.Tensor) -> torch.Tensor:
+        return torch.conv2d(a.mul_(2), w)
+    x2 = x.clone()
+    out = guardsolve.guarded(written, backend=backend)(x2)
+    assert torch.equal(x2, x * 2) and torch.allclose(out, torch.conv2d(x * 2, w), atol=1e-5)

@@ -185,6 +185,9 @@ class Recorder:
         self.layout_observed = False
         self.strides_read = False
         self.user_layout = False  # user code asked a tensor's strides, offset or contiguity (`TracedTensor`)
+        # NOTE: an eager output was copied into the strides its shape rule gives (`tensor._laid_out_as`):
+        # the trace's own outputs may then be laid out otherwise than eager's (a channels-last conv)
+        self.relaid = False
         self.sizes_seen: set[str] = set()  # tensors whose sizes user code asked, constant ones too (`TracedTensor`)
 
     # -- locations --------------------------------------------------------------------------

@@ -729,6 +729,17 @@ def writes_unmade(t: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(what for _, what in _writes(t.graph.nodes, random=False) if what is not None))
 
 
+def pure(t: Any) -> bool:
+    """Whether the trace writes no tensor it did not make and draws no random numbers: running
+    it again changes nothing the program sees.
+
+    >>> from guardsolve.trace.tracer import trace
+    >>> pure(trace(lambda x: x * 2, torch.ones(2))), pure(trace(lambda x: x.add_(1), torch.ones(2)))
+    (True, False)
+    """
+    return next(_writes(t.graph.nodes), None) is None
+
+
 def _writes(nodes: Sequence[Any], random: bool = True) -> Iterator[tuple[Any, str | None]]:
     """Each ATen node of `nodes` that draws random numbers (with None; where `random`) or writes
     a tensor the nodes did not make (with that tensor's name), in order."""
@@ -758,5 +769,5 @@ def _writes(nodes: Sequence[Any], random: bool = True) -> Iterator[tuple[Any, st
                 fresh.add(o)
 
 
-__all__ = ["Diverged", "Plan", "outline", "Segment", "Segmented", "build", "cut_at", "has_data", "state_writes",
+__all__ = ["Diverged", "Plan", "outline", "pure", "Segment", "Segmented", "build", "cut_at", "has_data", "state_writes",
            "writes_unmade"]

@@ -90,7 +90,9 @@ class TracedTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, real: torch.Tensor, meta: torch.Tensor, name: str, rec: Recorder,
                 requires_grad: bool | None = None) -> "TracedTensor":
-        real = _laid_out_as(real, meta)
+        laid = _laid_out_as(real, meta)
+        if laid is not real:
+            rec.relaid, real = True, laid
         sizes = [_aliased(rec, s, name, Op.VAR_SIZE, i) for i, s in enumerate(meta.shape)]
         strides = [_aliased(rec, s, name, Op.VAR_STRIDE, i) for i, s in enumerate(meta.stride())]
         offset = _aliased(rec, meta.storage_offset(), name, Op.VAR_STORAGE_OFFSET)

@@ -77,6 +77,9 @@ class Trace:
     # NOTE: an op that ran in the other grad mode than the call's (`torch.no_grad()` inside), in
     # words: a training variant, one joint graph, would differentiate through it
     grad_switch: str | None = None
+    # NOTE: an eager output was copied into its shape rule's strides while tracing: the trace's
+    # own outputs hold eager's values, maybe not its layout (`guarded` replays such a call)
+    relaid: bool = False
 
     def __repr__(self) -> str:
         """Short: what was traced and at which shapes, not the output tensor.
@@ -425,7 +428,7 @@ def _record(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guard
     guards.meta["static"] = graph.meta["static"] = tuple(static)
     return Trace(graph, unwrap(result), signature, fn, mode.constants, out_spec, guards, tuple(static),
                  tuple(notes), opaque, tuple(example_inputs), value_guards, recorded, unreplayable=mode.reseeded,
-                 grad_switch=mode.grad_switch)
+                 grad_switch=mode.grad_switch, relaid=rec.relaid)
 
 
 def placeholder(rec: Recorder, p: Param, value: Any, strided: dict[str, str] | None = None) -> Any:
