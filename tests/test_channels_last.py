@@ -273,3 +273,19 @@ def test_the_tracing_call_returns_eagers_layout(backend: str) -> None:
     x2 = x.clone()
     out = guardsolve.guarded(written, backend=backend)(x2)
     assert torch.equal(x2, x * 2) and torch.allclose(out, torch.conv2d(x * 2, w), atol=1e-5)
+
+
+def test_an_output_is_laid_out_as_eagers_where_its_shape_rule_differs() -> None:
+    """`group_norm` of a channels-last input: channels-last in eager, contiguous by its shape
+    rule, which Inductor followed on every compiled call; the compiled graph now writes it as
+    eager lays it out (`layout.eager_layouts`), at other batches and sizes too (the trace reads
+    the input's strides, so each shape is its own entry here)."""
+    import guardsolve
+
+    f = lambda a: torch.nn.functional.group_norm(a, 3) * 2  # noqa: E731
+    g = guardsolve.guarded(f, backend="inductor")
+    for shape in [(2, 6, 8, 8), (2, 6, 8, 8), (3, 6, 5, 7), (1, 6, 4, 4)]:
+        x = torch.randn(shape).to(memory_format=torch.channels_last)
+        got, want = g(x), f(x)
+        assert got.stride() == want.stride() and torch.allclose(got, want, atol=1e-5), (shape, got.stride())
+    assert g.cache_info().eager_calls == 0 and g.cache_info().hits == 1

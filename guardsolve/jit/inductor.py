@@ -48,7 +48,7 @@ from guardsolve.errors import GuardsolveError
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.jit.decompose import retrace_scope
-from guardsolve.jit.layout import channels_last, conv_formats, pool_backward, squeeze_views
+from guardsolve.jit.layout import channels_last, conv_formats, eager_format, eager_layouts, pool_backward, squeeze_views
 from guardsolve.jit.variant import BackendGuard, Variant, runner
 from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
 from guardsolve.solve.guardset import GuardSet
@@ -428,10 +428,11 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
     live = [t.constants[c] for c in const_names]
     failures: list[str] = []
     called = [str(n.params["fn"]) for n in t.graph.nodes if n.op is Op.ATEN]
+    formats = None if train else _eager_formats(t, program, values, consts)
     for oblivious in ((False,) if train else (True, False)):
         for decompose in (False, True):
             try:
-                built = _build(program, t, values, consts, oblivious, decompose, called, train)
+                built = _build(program, t, values, consts, oblivious, decompose, called, train, formats)
             except _Failed as f:
                 failures.append(str(f))
                 if f.stage == "make_fx":
@@ -513,7 +514,8 @@ class _Failed(Exception):
 
 
 def _build(program: Callable[..., Any], t: Trace, values: Sequence[Any], consts: Sequence[torch.Tensor],
-           oblivious: bool, decompose: bool, called: Sequence[str], train: bool) -> tuple[Any, ...]:
+           oblivious: bool, decompose: bool, called: Sequence[str], train: bool,
+           formats: Sequence[Any] | None = None) -> tuple[Any, ...]:
     """One route: re-trace at symbolic sizes (size-obliviously or not, through Inductor's own
     decompositions or not) and compile. Returns (ShapeEnv, fakes, dims, graph, artifact, sizes):
     `sizes`, for a training graph, the (input, dim) pairs it takes as ints after the constants.
@@ -541,6 +543,8 @@ def _build(program: Callable[..., Any], t: Trace, values: Sequence[Any], consts:
             gm = make_fx(lambda *a: program(*a[:head]), tracing_mode="fake",
                          decomposition_table=table)(*fakes, *const_fakes, *size_args)
             gm = channels_last(gm, mode, [*fakes, *const_fakes, *size_args])
+            if formats is not None:
+                gm = eager_layouts(gm, mode, formats)
     except Exception as e:
         raise _Failed("make_fx", f"make_fx could not re-trace the trace: {type(e).__name__}: {_first_line(e)}") from e
     _tensor_outputs(gm)
@@ -563,6 +567,23 @@ def _build(program: Callable[..., Any], t: Trace, values: Sequence[Any], consts:
         how = " (decomposed)" if decompose else ""
         raise _Failed("inductor", f"Inductor could not compile the trace{how}: {type(e).__name__}: {_first_line(e)}") from e
     return se, fakes, dims, gm, artifact, sizes
+
+
+def _eager_formats(t: Trace, program: Callable[..., Any], values: Sequence[Any],
+                   consts: Sequence[torch.Tensor]) -> list[Any] | None:
+    """The memory format of each of the program's outputs as eager lays it out at the example
+    (`layout.eager_format`), from one eager run of the trace's ops; None for a trace that
+    writes a tensor it did not make or draws random numbers (running it would change them)."""
+    from guardsolve.jit.segments import pure
+
+    if not pure(t):
+        return None
+    try:
+        with torch.no_grad():
+            outs = program(*values, *consts)
+    except Exception:  # NOTE: the layouts are then the graph's own (values are still eager's)
+        return None
+    return [eager_format(o) for o in (outs if isinstance(outs, (tuple, list)) else (outs,))]
 
 
 def _sdpa_cpu_as_math() -> dict[Any, Any]:

@@ -115,6 +115,76 @@ def channels_last(gm: torch.fx.GraphModule, mode: Any, args: Sequence[Any]) -> t
     return new
 
 
+def eager_format(t: Any) -> torch.memory_format | None:
+    """The memory format eager laid a 4-D output out in, where it is one and only one of
+    contiguous and channels-last at these sizes (None otherwise: another layout, or sizes
+    where both hold).
+
+        >>> x = torch.ones(2, 3, 4, 5)
+        >>> eager_format(x), eager_format(x.to(memory_format=torch.channels_last)), eager_format(x[:, :1, :1, :1])
+        (torch.contiguous_format, torch.channels_last, None)
+    """
+    if not isinstance(t, torch.Tensor) or t.dim() != 4 or t.layout is not torch.strided:
+        return None
+    plain, last = t.is_contiguous(), t.is_contiguous(memory_format=torch.channels_last)
+    return None if plain == last else (torch.contiguous_format if plain else torch.channels_last)
+
+
+def _aliases_input(n: torch.fx.Node) -> bool:
+    """Whether graph output `n` is an input or a view of one (through view ops)."""
+    while n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target.is_view \
+            and n.args and isinstance(n.args[0], torch.fx.Node):
+        n = n.args[0]
+    return n.op != "call_function"
+
+
+def _format_exprs(v: torch.Tensor, strides: tuple[Any, ...], fmt: torch.memory_format) -> bool:
+    """Whether the stride expressions are `fmt`'s strides of `v`'s sizes (no guard)."""
+    import sympy
+
+    n, c, h, w = (_expr(d) for d in v.shape)
+    want = (c * h * w, h * w, w, sympy.Integer(1)) if fmt == torch.contiguous_format else (h * w * c, sympy.Integer(1), w * c, c)
+    return all(sympy.simplify(a - b) == 0 for a, b in zip(strides, want))
+
+
+def eager_layouts(gm: torch.fx.GraphModule, mode: Any, formats: Sequence[torch.memory_format | None]) -> torch.fx.GraphModule:
+    """`gm` with each 4-D output copied into the memory format eager gave it (`formats`, one per
+    output, from eager's run at the example) where the graph lays it out in the other one.
+
+    NOTE: a shape rule can lay out an output otherwise than eager's kernel: `group_norm`, `cat`
+    and `pixel_shuffle` of channels-last inputs are channels-last in eager and contiguous by
+    their rules, and Inductor lays out a graph's outputs as the rules do. The copy is a layout
+    Inductor writes its kernel's output in, not a pass more. Where a copy is made, eager's
+    format holds at every size the variant serves: the inputs' layout is in its check. An
+    output that is an input or a view keeps its layout (eager's aliases memory, a copy would not)."""
+    outs = _outputs(gm)
+    if len(outs) != len(formats):
+        return gm
+    changed = False
+    fixed = []
+    for r, fmt in zip(outs, formats):
+        v = r.meta.get("val") if isinstance(r, torch.fx.Node) else None
+        strides = _strides(v)
+        view = isinstance(r, torch.fx.Node) and _aliases_input(r)
+        if fmt is None or view or not isinstance(v, torch.Tensor) or v.dim() != 4 or strides is None or \
+                _format_exprs(v, strides, fmt):
+            fixed.append(r)
+            continue
+        with gm.graph.inserting_after(r):
+            c = gm.graph.call_function(_CLONE, (r,), {"memory_format": fmt})
+        scope = mode if mode is not None else contextlib.nullcontext()
+        with scope:
+            c.meta["val"] = _CLONE(v, memory_format=fmt)
+        fixed.append(c)
+        changed = True
+    if not changed:
+        return gm
+    out = [n for n in gm.graph.nodes if n.op == "output"][0]
+    out.args = (type(out.args[0])(fixed) if isinstance(out.args[0], (tuple, list)) else fixed[0],)
+    gm.recompile()
+    return gm
+
+
 def _contiguous_exprs(v: torch.Tensor, old: tuple[Any, ...]) -> bool:
     """Whether the strides `old` (expressions) are the contiguous strides of `v`'s sizes."""
     import sympy
