@@ -764,7 +764,10 @@ class GuardedFunction:
                 # contiguous by its shape rule): its output has eager's values, not its layout.
                 # This call is served as every later call of the entry is (the replay: eager's
                 # kernels on the call's own tensors); a trace that writes or draws keeps its run
-                return serve(*(values if entry.traced is None else [values[i] for i in entry.traced]))
+                try:
+                    return serve(*(values if entry.traced is None else [values[i] for i in entry.traced]))
+                except Exception:  # NOTE: never an error eager does not have: the trace's own values
+                    return out
             return out
         finally:
             if locked:
