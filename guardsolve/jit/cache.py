@@ -758,7 +758,9 @@ class GuardedFunction:
                 return entry.variants[0].run(*(values if entry.traced is None else [values[i] for i in entry.traced]))
             self._tls.last = (_K_TRACED, entry, entry.variants[0] if entry.variants else None, record)
             serve = entry.variants[0].run if entry.variants else entry.run if self.backend != "inductor" else None
-            if entry.trace.relaid and serve is not None and not background and _pure(entry.trace):
+            from guardsolve.jit.segments import pure
+
+            if entry.trace.relaid and serve is not None and not background and pure(entry.trace):
                 # NOTE: the trace copied an eager output into the strides its shape rule gives (a
                 # convolution of a channels-last input comes out channels-last in eager,
                 # contiguous by its shape rule): its output has eager's values, not its layout.
@@ -1202,12 +1204,6 @@ class GuardedFunction:
     def cache_clear(self) -> None:
         with self._lock:
             self._reset()
-
-
-def _pure(t: Trace) -> bool:
-    from guardsolve.jit.segments import pure
-
-    return pure(t)
 
 
 def _writes_before_data(t: Trace) -> str | None:

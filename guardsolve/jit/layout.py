@@ -48,8 +48,20 @@ def _strides(v: Any) -> tuple[Any, ...] | None:
 
 
 def _outputs(gm: torch.fx.GraphModule) -> list[Any]:
-    out = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    out = _outputs_node(gm).args[0]
     return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _replace_outputs(gm: torch.fx.GraphModule, fixed: Sequence[Any]) -> torch.fx.GraphModule:
+    """`gm` returning `fixed` (one per output, in its output's structure), recompiled."""
+    out = _outputs_node(gm)
+    out.args = (type(out.args[0])(fixed) if isinstance(out.args[0], (tuple, list)) else fixed[0],)
+    gm.recompile()
+    return gm
+
+
+def _outputs_node(gm: torch.fx.GraphModule) -> torch.fx.Node:
+    return [n for n in gm.graph.nodes if n.op == "output"][0]
 
 
 def _convolutions(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
@@ -109,10 +121,7 @@ def channels_last(gm: torch.fx.GraphModule, mode: Any, args: Sequence[Any]) -> t
         with scope:
             c.meta["val"] = _CLONE(v, memory_format=torch.contiguous_format)
         fixed.append(c)
-    out = [n for n in new.graph.nodes if n.op == "output"][0]
-    out.args = (type(out.args[0])(fixed) if isinstance(out.args[0], (tuple, list)) else fixed[0],)
-    new.recompile()
-    return new
+    return _replace_outputs(new, fixed)
 
 
 def eager_format(t: Any) -> torch.memory_format | None:
@@ -177,12 +186,7 @@ def eager_layouts(gm: torch.fx.GraphModule, mode: Any, formats: Sequence[torch.m
             c.meta["val"] = _CLONE(v, memory_format=fmt)
         fixed.append(c)
         changed = True
-    if not changed:
-        return gm
-    out = [n for n in gm.graph.nodes if n.op == "output"][0]
-    out.args = (type(out.args[0])(fixed) if isinstance(out.args[0], (tuple, list)) else fixed[0],)
-    gm.recompile()
-    return gm
+    return _replace_outputs(gm, fixed) if changed else gm
 
 
 def _contiguous_exprs(v: torch.Tensor, old: tuple[Any, ...]) -> bool:

@@ -186,7 +186,7 @@ def _resized(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     NOTE: at a point that leaves x's sizes as they are, this was `x` itself (detached: the
     caller's memory), and a probe of `x.add_(y)` added to the caller's tensor again: the first
     call of `guarded` left x with 4 y added."""
-    y = x.detach().clone(memory_format=torch.contiguous_format)
+    y = x.detach()
     for d, n in enumerate(shape):
         if y.shape[d] == n:
             continue
@@ -196,7 +196,8 @@ def _resized(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
             y = torch.zeros(size, dtype=y.dtype, device=y.device)
         else:
             y = y.index_select(d, torch.arange(n, device=y.device) % y.shape[d])
-    y = y.contiguous()
+    y = y.clone(memory_format=torch.contiguous_format) if y.untyped_storage().data_ptr() == \
+        x.untyped_storage().data_ptr() else y.contiguous()
     if x.requires_grad:
         y.requires_grad_(True)
     return y
