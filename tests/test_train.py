@@ -293,9 +293,10 @@ def test_a_restarted_training_job_compiles_nothing_and_trains_the_same(tmp_path:
 
 
 def test_a_conv_net_keeps_its_image_sizes_symbolic_through_the_backward() -> None:
-    """Convolutions whose input needs a gradient (strided ones too): their input gradient is a
-    transposed convolution (`jit/inductor.py`, `_conv_input_grad`), so one variant serves
-    every even image size, not one per size."""
+    """Convolutions whose input needs a gradient (strided ones too): `convolution_backward` is
+    lowered without reading its gradients' strides as ints (`jit/backward.py`,
+    `conv_backward_layouts`), so one variant serves every image size, odd ones too, not one
+    per size."""
     def make() -> nn.Module:
         return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
                              nn.Conv2d(8, 8, 3, padding=1, groups=2), nn.ReLU(),
@@ -304,15 +305,13 @@ def test_a_conv_net_keeps_its_image_sizes_symbolic_through_the_backward() -> Non
 
     gen = torch.Generator().manual_seed(5)
     batches = [(torch.randn(b, 3, s, s, generator=gen), torch.randint(0, 4, (b,), generator=gen))
-               for b, s in [(4, 16), (6, 24), (4, 12), (8, 20), (2, 16)]]
+               for b, s in [(4, 16), (6, 24), (4, 12), (8, 20), (2, 15), (2, 16), (3, 9)]]
     worst, fast = train_side_by_side(make, batches, lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
                                      F.cross_entropy, lambda m: guardsolve.guarded(m, backend="inductor"))
     info = fast.cache_info()
     assert worst < TOL, worst
     assert info.eager_calls == 0 and info.compiles == 1, info.miss_reasons
-    odd = torch.randn(2, 3, 15, 15)
-    F.cross_entropy(fast(odd), torch.zeros(2, dtype=torch.long)).backward()  # NOTE: another variant (15 % 2)
-    assert fast.cache_info().compiles == 2 and fast.last_call.how == "compiled"
+    assert fast.last_call.how == "compiled"
 
 
 def test_a_dense_conv_net_runs_channels_last_and_returns_eagers_layout() -> None:

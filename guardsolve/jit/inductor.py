@@ -48,7 +48,8 @@ from guardsolve.errors import GuardsolveError
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.jit.decompose import retrace_scope
-from guardsolve.jit.layout import channels_last, conv_formats, eager_format, eager_layouts, pool_backward, squeeze_views
+from guardsolve.jit.backward import conv_backward_layouts, two_pass_variances, training_decompositions
+from guardsolve.jit.layout import channels_last, conv_formats, eager_format, eager_layouts, squeeze_views
 from guardsolve.jit.variant import BackendGuard, Variant, runner
 from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
 from guardsolve.solve.guardset import GuardSet
@@ -607,50 +608,6 @@ def _decompositions() -> dict[Any, Any]:
     return select_decomp_table()
 
 
-class _Table(dict):  # type: ignore[type-arg]
-    """A decomposition table that pickles as the call that makes it: Inductor's FX graph cache
-    pickles the table into its key, and its own entries (some not picklable) made the compile
-    skip the cache, which `CompiledArtifact.save` (the store) needs."""
-
-    def __reduce__(self) -> Any:
-        return (_training_decompositions, ())
-
-
-def _training_decompositions() -> dict[Any, Any]:
-    """Inductor's decompositions, and `_conv_input_grad` for `convolution_backward` (a training
-    graph's joint trace runs them)."""
-    return _Table({**_decompositions(), torch.ops.aten.convolution_backward.default: _conv_input_grad,
-                   torch.ops.aten.max_pool2d_with_indices_backward.default: pool_backward})
-
-
-def _conv_input_grad(grad_out: Any, input: Any, weight: Any, bias_sizes: Any, stride: Sequence[int],
-                     padding: Sequence[int], dilation: Sequence[int], transposed: bool,
-                     output_padding: Sequence[int], groups: int, output_mask: Sequence[bool]) -> Any:
-    """A convolution's backward with its input gradient as the transposed convolution of the
-    output gradient (its output padding, `(in + 2 * pad - dilation * (k - 1) - 1) % stride` per
-    dim, makes its size the input's); the weight and bias gradients by `convolution_backward`
-    itself.
-
-    NOTE: Inductor's lowering of `convolution_backward` reads the input gradient's strides as
-    ints to order them (`convolution_backward_lowering`, `guard_int_seq`), which pinned the
-    height and width of every convolution whose input needs a gradient (a conv net's second
-    one): one compile per image size. The transposed convolution lowers as a forward one, at
-    symbolic sizes. Other convolutions (transposed, 1-D and 3-D) keep the op."""
-    if transposed or not output_mask[0] or input.dim() != 4:
-        return NotImplemented
-    aten = torch.ops.aten
-    extra = [(input.shape[2 + i] + 2 * padding[i] - dilation[i] * (weight.shape[2 + i] - 1) - 1) % stride[i]
-             for i in range(2)]
-    grad_input = aten.convolution.default(grad_out, weight, None, list(stride), list(padding), list(dilation),
-                                          True, extra, groups)
-    if not (output_mask[1] or output_mask[2]):
-        return grad_input, None, None
-    _, grad_weight, grad_bias = aten.convolution_backward.default(
-        grad_out, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
-        [False, output_mask[1], output_mask[2]])
-    return grad_input, grad_weight, grad_bias
-
-
 # -- the artifact against eager -----------------------------------------------------------------
 
 # NOTE: (rtol, atol) by dtype for an artifact's values against eager's: Inductor fuses, reorders
@@ -1030,7 +987,12 @@ def _inputs_checked() -> Any:
     runs before every call, holds its sizes (the guards) and its strides (the layout guards).
     A constant (a weight, a buffer: static sizes) keeps its assert: a `resize_` in place keeps
     the object and its storage, which is all the state check compares, and the assert turns
-    the call into a miss. Inference only (a backward's inputs are no call's arguments).
+    the call into a miss. A backward graph asserts none of its inputs: they are the tensors
+    its forward saved, laid out as that forward's compiled code wrote them (Inductor compiles
+    the backward against the strides the forward's compile reports), and autograd's version
+    counters reject one changed in place before the backward runs; and the output gradients,
+    which AOTAutograd copies into the memory format the backward was compiled for. Extern
+    kernels' outputs (a convolution's) keep their asserts: ATen lays those out at run time.
 
     NOTE: measured on issue 48's MoE routing (4 tokens, 3 compiled segments): 24 asserts a
     call, 0.46 us each under cProfile."""
@@ -1042,8 +1004,8 @@ def _inputs_checked() -> Any:
     def codegen(self: Any) -> None:
         original(self)
         for name, buf in V.graph.graph_inputs.items():
-            if name in self._pending_input_asserts and any(
-                    isinstance(d, sympy.Expr) and d.free_symbols for d in buf.get_size()):
+            if name in self._pending_input_asserts and (V.graph.is_backward or any(
+                    isinstance(d, sympy.Expr) and d.free_symbols for d in buf.get_size())):
                 del self._pending_input_asserts[name]
 
     PythonWrapperCodegen.codegen_input_size_asserts = codegen
@@ -1087,9 +1049,15 @@ def _standalone(gm: Any, inputs: list[Any], oblivious: bool, threads: int | None
     # NOTE: a donated buffer (a saved activation the backward frees as it goes) makes
     # `backward(retain_graph=True)` and a second backward raise, which eager allows
     donate = torch._functorch.config.patch(donated_buffer=False) if train else contextlib.nullcontext()
-    checked = contextlib.nullcontext() if train else _inputs_checked()
-    with scope, config.patch(patch), donate, conv_formats(), squeeze_views(), checked:
-        options = {"decompositions": _training_decompositions()} if train else {}
+    # NOTE: a training graph's lowerings at symbolic sizes (`jit/backward.py`): a conv net's
+    # backward pinned its image sizes, and its pooling and batch norm ran slower than Inductor's
+    # static kernels
+    lowered = contextlib.ExitStack()
+    if train:
+        lowered.enter_context(conv_backward_layouts())
+        lowered.enter_context(two_pass_variances())
+    with scope, config.patch(patch), donate, conv_formats(), squeeze_views(), _inputs_checked(), lowered:
+        options = {"decompositions": training_decompositions()} if train else {}
         artifact = torch._inductor.standalone_compile(gm, inputs, dynamic_shapes="from_graph", options=options)
     if train and not keep_saved_tensors(artifact):
         raise CompileFailure("no AOTAutograd backward found in the compiled artifact (PyTorch internals moved?)")

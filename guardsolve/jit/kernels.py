@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
-import guardsolve.jit.layout  # noqa: F401  (registers `guardsolve::max_pool2d_backward`, which training kernels call)
+import guardsolve.jit.backward  # noqa: F401  (registers `guardsolve::max_pool2d_backward`, which training kernels call)
 
 # NOTE: modules a loaded entry never imports (Inductor's compiler and what it pulls in); the
 # names the generated code takes from them come from `standins`

@@ -66,8 +66,7 @@ def _outputs_node(gm: torch.fx.GraphModule) -> torch.fx.Node:
 
 def _convolutions(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     """The 2-D convolutions (a 4-D input), not transposed ones: those are left as they are (not
-    measured; a training graph's input gradients, transposed convolutions of its own making,
-    `inductor._conv_input_grad`, follow the layout of the gradient they read)."""
+    measured)."""
     found = []
     for n in gm.graph.nodes:
         if n.op != "call_function" or n.target is not _CONV or n.args[6]:
@@ -374,46 +373,3 @@ def channels_last_strides(sizes: Sequence[Any], strides: Sequence[Any]) -> bool:
         if d != 0 and sizes[d] > 1:
             least = least * sizes[d]
     return True
-
-
-# -- max pooling's backward as ATen's kernel -----------------------------------------------------
-
-_SCHEMA = ("max_pool2d_backward(Tensor grad_out, Tensor x, int[] kernel_size, int[] stride, int[] padding, "
-           "int[] dilation, bool ceil_mode, Tensor indices) -> Tensor")
-
-
-def _aten_pool_backward(grad_out: torch.Tensor, x: torch.Tensor, kernel_size: list[int], stride: list[int],
-                        padding: list[int], dilation: list[int], ceil_mode: bool,
-                        indices: torch.Tensor) -> torch.Tensor:
-    """ATen's `max_pool2d_with_indices_backward`, as an op Inductor calls rather than lowers.
-
-    NOTE: Inductor lowers it (through a `scatter_add` decomposition, or its own gather) into a
-    kernel fused with what follows (batch norm's backward). At symbolic sizes that kernel's
-    loops merge height and width into one index and recover them by dividing by the runtime
-    width for every element: a conv net's backward kernel took 2.6 ms per step at 16x16x48x48
-    where Inductor's static one takes 1.15 ms. ATen's kernel reads no such index, and the
-    kernel that follows reads its output in order. Its meta kernel is its fake: the input's
-    suggested memory format, as ATen's CPU kernel."""
-    return torch.ops.aten.max_pool2d_with_indices_backward.default(
-        grad_out, x, kernel_size, stride, padding, dilation, ceil_mode, indices)
-
-
-def _register() -> torch.library.Library:
-    """`guardsolve::max_pool2d_backward`, registered once per process (a plain `Library` op: a
-    call costs about 4 µs over ATen's, `torch.library.custom_op`'s about 15)."""
-    lib = torch.library.Library("guardsolve", "DEF")
-    lib.define(_SCHEMA)
-    lib.impl("max_pool2d_backward", _aten_pool_backward, "CompositeExplicitAutograd")
-    lib.impl("max_pool2d_backward", _aten_pool_backward, "Meta")
-    return lib
-
-
-_LIB = _register()  # NOTE: the registration's handle: dropping it would unregister the op
-
-
-def pool_backward(grad_out: Any, x: Any, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
-                  dilation: Sequence[int], ceil_mode: bool, indices: Any) -> Any:
-    """A decomposition of `max_pool2d_with_indices_backward` into `max_pool2d_backward` (for the
-    training decomposition table)."""
-    return torch.ops.guardsolve.max_pool2d_backward(grad_out, x, list(kernel_size), list(stride), list(padding),
-                                                    list(dilation), ceil_mode, indices)

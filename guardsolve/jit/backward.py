@@ -1,0 +1,252 @@
+"""A training graph's lowerings at symbolic sizes: what Inductor's static compile of a conv net's
+step does, without pinning a size or dividing by one at every element.
+
+A training variant is one joint graph (AOTAutograd) compiled at symbolic sizes. Three places
+in Inductor decide by the example's sizes, or compute slowly where a size is not a constant:
+
+- `convolution_backward`'s lowering orders its gradients' strides by reading them as ints
+  (`guard_int_seq`) unless layout optimization is on, which it is only for graphs holding a
+  forward convolution: a backward never does, so a conv net's second convolution pinned the
+  image's height and width. `conv_backward_layouts` lowers it as under layout optimization
+  (channels-last operands, the layout the forward pass gave them: `jit/layout.py`).
+- Max pooling's backward: Inductor's gather, at symbolic sizes, merges height and width into one
+  loop and divides by the runtime width at every element (a conv net's step 1.8x slower at
+  16x16x48x48). Where the windows tile the input (stride = kernel, the common 2x2 pooling),
+  `pool_forward` and `pool_backward` decompose it into a gather that reads each input position's
+  one window, with no division by a size; other windows call ATen's kernel
+  (`guardsolve::max_pool2d_backward`).
+- Batch norm's variance: Inductor's CPU lowering takes two passes over at most 1024 elements
+  and Welford's one pass above, by the example's size; at a symbolic size it always took
+  Welford's (the forward's kernel 12 us where the static one takes 7, at a 4x16x16 batch).
+  `two_pass_variances` takes two passes at symbolic sizes, as eager's batch norm does.
+
+All three are exact at every size they serve (each value is the same computation as
+eager's or Inductor's own: a gather reading the index ATen's scatter writes, the same two
+variance formulas); `training_decompositions` collects the table that the joint graph is traced
+with.
+
+    >>> x = torch.randn(1, 2, 4, 4)
+    >>> values, index = pool_forward(x, [2, 2])  # in eager, the prim runs ATen's kernel
+    >>> torch.equal(index, torch.ops.aten.max_pool2d_with_indices(x, [2, 2])[1])
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Sequence
+
+import torch
+
+from guardsolve.jit.layout import _format_exprs, _strides
+
+_CLONE = torch.ops.aten.clone.default
+
+
+# -- convolution_backward without reading its strides as ints ------------------------------------
+
+
+@contextlib.contextmanager
+def conv_backward_layouts() -> Any:
+    """While it holds, Inductor lowers a CPU `convolution_backward` with oneDNN enabled as its
+    layout optimization does: channels-last operands, gradients laid out by their meta kernels
+    (symbolic strides), no size read as an int. For a compile only. The gradients' strides are
+    still checked against ATen's at every call (Inductor's `assert_size_stride` on an extern
+    kernel's outputs), and oneDNN's being enabled is a static guard of every entry."""
+    from torch._inductor import lowering
+    from torch._inductor.virtualized import V
+
+    op = torch.ops.aten.convolution_backward.default
+    original = lowering.lowerings[op]
+
+    def lower(grad_out: Any, input: Any, weight: Any, *args: Any, **kwargs: Any) -> Any:
+        if not (torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available()) or \
+                input.get_device() is None or input.get_device().type != "cpu":
+            return original(grad_out, input, weight, *args, **kwargs)
+        before = V.graph.layout_opt
+        V.graph.layout_opt = True
+        try:
+            return original(grad_out, input, weight, *args, **kwargs)
+        finally:
+            V.graph.layout_opt = before
+
+    lowering.lowerings[op] = lower
+    try:
+        yield
+    finally:
+        lowering.lowerings[op] = original
+
+
+# -- batch norm's variance: two passes, as eager's ------------------------------------------------
+
+
+@contextlib.contextmanager
+def two_pass_variances() -> Any:
+    """While it holds, a CPU variance over a symbolic number of elements (batch norm's, over the
+    batch and the image) takes Inductor's two-pass formula (the mean, then the squared
+    deviations: eager's batch norm's own), which Inductor's static compile takes up to 1024
+    elements, not Welford's one pass, which it takes for every symbolic count. For a compile only.
+
+    NOTE: measured on a conv net's training step (16 and 32 channels, one thread): at 4x16x16
+    the forward kernel took 12 us with Welford's pass, 9 us with two; at 16x48x48 and at
+    32x112x112 (a 25 MB activation) the steps cost the same both ways. A choice by size would
+    need a guard, and a variant more for every workload on both sides of 1024."""
+    import sympy
+    from torch._inductor import lowering
+    from torch._inductor.utils import sympy_product
+
+    original = lowering.use_two_step_variance
+
+    def two_pass(x: Any, axis: Any, keepdim: Any, input_dtype: Any) -> Any:
+        device = x.get_device()
+        if device is None or device.type != "cpu":
+            return original(x, axis, keepdim, input_dtype)
+        inner = lowering._make_reduction_inner(x, axis=lowering._validate_reduction_axis(x, axis), keepdims=keepdim,
+                                               dtype=None, override_return_dtype=None)
+        numel = sympy_product(inner["reduction_ranges"])
+        if isinstance(numel, sympy.Integer) or sympy_product(inner["ranges"]) == 1:
+            return original(x, axis, keepdim, input_dtype)
+        return True
+
+    lowering.use_two_step_variance = two_pass
+    try:
+        yield
+    finally:
+        lowering.use_two_step_variance = original
+
+
+# -- max pooling ----------------------------------------------------------------------------------
+
+
+def _pair(v: Sequence[int], default: Sequence[int]) -> list[int]:
+    """A pooling argument as two ints (`[]` is the default, one int is both dims)."""
+    out = [int(d) for d in v] or [int(d) for d in default]
+    return out * 2 if len(out) == 1 else out
+
+
+def _tiles(x: Any, kernel: list[int], step: list[int], dilation: list[int]) -> bool:
+    """Whether the pooling windows tile a batched 2-D input: stride = kernel, no dilation."""
+    return x.dim() == 4 and len(kernel) == 2 and kernel == step and dilation == [1, 1]
+
+
+def pool_forward(x: Any, kernel_size: Sequence[int], stride: Sequence[int] = (), padding: Sequence[int] = (0,),
+                 dilation: Sequence[int] = (1,), ceil_mode: bool = False) -> Any:
+    """`max_pool2d_with_indices` where the windows tile the input: Inductor's max and offset in
+    the window (`_low_memory_max_pool_with_offsets`, as its own decomposition), and the flat index
+    ATen returns computed from the offset without a division (a shift and a mask for a power-of-2
+    window width, which a gather's backward recomputes from the saved offset at every element).
+    NotImplemented elsewhere (Inductor's own decomposition then)."""
+    kernel = _pair(kernel_size, ())
+    step, pad, dil = _pair(stride, kernel), _pair(padding, (0,)), _pair(dilation, (1,))
+    if not _tiles(x, kernel, step, dil) or kernel[0] * kernel[1] > torch.iinfo(torch.int8).max:
+        return NotImplemented
+    from torch._inductor import inductor_prims  # noqa: F401  (registers the prim)
+
+    aten = torch.ops.aten
+    values, offsets = torch.ops.prims._low_memory_max_pool_with_offsets(x, kernel, step, pad, dil, ceil_mode)
+    off = offsets.to(torch.int64)
+    shift = kernel[1].bit_length() - 1
+    if 1 << shift == kernel[1]:
+        row, col = torch.bitwise_right_shift(off, shift), torch.bitwise_and(off, kernel[1] - 1)
+    else:
+        row, col = off // kernel[1], off % kernel[1]
+    rows = aten.arange.default(values.shape[-2], dtype=torch.int64, device=x.device).unsqueeze(1)
+    cols = aten.arange.default(values.shape[-1], dtype=torch.int64, device=x.device)
+    return values, (rows * kernel[0] - pad[0] + row) * x.shape[-1] + (cols * kernel[1] - pad[1] + col)
+
+
+def tiled_pool_backward(grad_out: Any, x: Any, kernel: Sequence[int], padding: Sequence[int], indices: Any) -> Any:
+    """Max pooling's backward where the windows tile the input (stride = kernel, dilation 1), as a
+    gather: input position (h, w) lies in window `((h + pad) // kernel, (w + pad) // kernel)` and
+    takes that window's gradient where the window's index is its own position; a row or column
+    that no window covers (the floor's leftover) takes 0. ATen's kernel scatters each window's
+    gradient to its index, which lies in that window, and no other window reaches it: the same
+    values, in the same dtype, with no sum of two.
+
+        >>> x = torch.tensor([[[[1., 4., 2.], [3., 0., 5.], [6., 7., 8.]]]])
+        >>> _, index = torch.ops.aten.max_pool2d_with_indices(x, [2, 2])
+        >>> tiled_pool_backward(torch.ones(1, 1, 1, 1), x, [2, 2], [0, 0], index)
+        tensor([[[[0., 1., 0.],
+                  [0., 0., 0.],
+                  [0., 0., 0.]]]])
+    """
+    aten = torch.ops.aten
+    width = x.shape[-1]
+    rows = aten.arange.default(x.shape[-2], dtype=torch.int64, device=x.device)
+    cols = aten.arange.default(width, dtype=torch.int64, device=x.device)
+    win_r, win_c = (rows + padding[0]) // kernel[0], (cols + padding[1]) // kernel[1]
+    covered = (win_r < grad_out.shape[-2]).unsqueeze(1) & (win_c < grad_out.shape[-1]).unsqueeze(0)
+    at = [None, None, aten.clamp_max.default(win_r, grad_out.shape[-2] - 1).unsqueeze(1),
+          aten.clamp_max.default(win_c, grad_out.shape[-1] - 1).unsqueeze(0)]
+    mine = aten._unsafe_index.Tensor(indices, at) == rows.unsqueeze(1) * width + cols.unsqueeze(0)
+    zero = aten.scalar_tensor.default(0, dtype=grad_out.dtype, device=grad_out.device)
+    return aten.where.self(covered & mine, aten._unsafe_index.Tensor(grad_out, at), zero)
+
+
+def pool_backward(grad_out: Any, x: Any, kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                  dilation: Sequence[int], ceil_mode: bool, indices: Any) -> Any:
+    """A decomposition of `max_pool2d_with_indices_backward`: `tiled_pool_backward` where the
+    windows tile a contiguous or channels-last input (laid out as ATen's kernel lays its
+    gradient out: the input's format), else ATen's kernel (`guardsolve::max_pool2d_backward`)."""
+    kernel = _pair(kernel_size, ())
+    step, pad, dil = _pair(stride, kernel), _pair(padding, (0,)), _pair(dilation, (1,))
+    strides = _strides(x)
+    if _tiles(x, kernel, step, dil) and strides is not None:
+        for fmt in (torch.channels_last, torch.contiguous_format):
+            if _format_exprs(x, strides, fmt):
+                return _CLONE(tiled_pool_backward(grad_out, x, kernel, pad, indices), memory_format=fmt)
+    return torch.ops.guardsolve.max_pool2d_backward(grad_out, x, list(kernel_size), list(stride), list(padding),
+                                                    list(dilation), ceil_mode, indices)
+
+
+_SCHEMA = ("max_pool2d_backward(Tensor grad_out, Tensor x, int[] kernel_size, int[] stride, int[] padding, "
+           "int[] dilation, bool ceil_mode, Tensor indices) -> Tensor")
+
+
+def _aten_pool_backward(grad_out: torch.Tensor, x: torch.Tensor, kernel_size: list[int], stride: list[int],
+                        padding: list[int], dilation: list[int], ceil_mode: bool,
+                        indices: torch.Tensor) -> torch.Tensor:
+    """ATen's `max_pool2d_with_indices_backward`, as an op Inductor calls rather than lowers (for
+    windows that overlap: Inductor's own kernel divides by the runtime width at every element).
+    Its meta kernel is its fake: the input's suggested memory format, as ATen's CPU kernel."""
+    return torch.ops.aten.max_pool2d_with_indices_backward.default(
+        grad_out, x, kernel_size, stride, padding, dilation, ceil_mode, indices)
+
+
+def _register() -> torch.library.Library:
+    """`guardsolve::max_pool2d_backward`, registered once per process (a plain `Library` op: a
+    call costs about 4 µs over ATen's, `torch.library.custom_op`'s about 15)."""
+    lib = torch.library.Library("guardsolve", "DEF")
+    lib.define(_SCHEMA)
+    lib.impl("max_pool2d_backward", _aten_pool_backward, "CompositeExplicitAutograd")
+    lib.impl("max_pool2d_backward", _aten_pool_backward, "Meta")
+    return lib
+
+
+_LIB = _register()  # NOTE: the registration's handle: dropping it would unregister the op
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+
+class _Table(dict):  # type: ignore[type-arg]
+    """A decomposition table that pickles as the call that makes it: Inductor's FX graph cache
+    pickles the table into its key, and its own entries (some not picklable) made the compile
+    skip the cache, which `CompiledArtifact.save` (the store) needs."""
+
+    def __reduce__(self) -> Any:
+        return (training_decompositions, ())
+
+
+def training_decompositions() -> dict[Any, Any]:
+    """Inductor's decompositions, and max pooling's (`pool_forward`, `pool_backward`): the table
+    a training graph's joint trace runs."""
+    from torch._inductor.decomposition import select_decomp_table
+
+    aten = torch.ops.aten
+    return _Table({**select_decomp_table(), aten.max_pool2d_with_indices.default: pool_forward,
+                   aten.max_pool2d_with_indices_backward.default: pool_backward})
+
+
+__all__ = ["conv_backward_layouts", "pool_backward", "pool_forward", "two_pass_variances", "tiled_pool_backward",
+           "training_decompositions"]
