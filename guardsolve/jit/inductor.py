@@ -82,6 +82,7 @@ class CompileFailure(GuardsolveError):
 # from elsewhere is named by its function and file. Rule table: add a row, not a branch.
 _WHY: tuple[tuple[str, str], ...] = (
     ("need_use_acc_helper", "Inductor: float sum reduction over at most 4096 elements (its accumulator helper)"),
+    ("_index_dtype", "guardsolve's max pooling: an image plane's flat indices fit int32"),
     ("meta_mm", "make_fx re-trace: mm's inner sizes agree"),
     ("meta_addmm", "make_fx re-trace: addmm's sizes agree"),
     ("meta_bmm", "make_fx re-trace: bmm's sizes agree"),
