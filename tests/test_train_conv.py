@@ -127,3 +127,72 @@ def test_a_channels_last_input_and_tiny_images_train_as_eager() -> None:
     batches = [(x.contiguous(memory_format=torch.channels_last), y) if i % 2 == 0 else (x, y)
                for i, (x, y) in enumerate(batches)]
     _check(make, batches, F.cross_entropy, "sgd")
+
+
+def test_tiled_max_pooling_decomposes_to_atens_values_indices_and_gradients() -> None:
+    """`jit/backward.py`: where the windows tile the input (stride = kernel), the forward's
+    index is computed from the window offset and the backward is a gather; both equal ATen's
+    (values, indices, gradient values and strides) at every layout, padding, ceil mode, window
+    (2 and 3: a shift and a division), with ties (relu's zeros, rounded values) and NaN."""
+    from guardsolve.jit.backward import pool_backward, pool_forward
+
+    gen = torch.Generator().manual_seed(11)
+    checked = 0
+    for i in range(240):
+        k = (1, 2, 3, 4)[i % 4]
+        p, ceil = (i // 4) % (k // 2 + 1), bool((i // 8) % 2)
+        n, c = 1 + i % 3, 1 + (i // 3) % 4
+        h, w = (int(v) for v in torch.randint(max(1, k - 2 * p), 12, (2,), generator=gen))
+        x = torch.randn(n, c, h, w, generator=gen)
+        x = [x, x.relu(), x.round(), x][i % 4]
+        if i % 7 == 0:
+            x[0, 0, 0, 0] = float("nan")
+        if i % 2:
+            x = x.contiguous(memory_format=torch.channels_last)
+        args = ([k, k], [k, k], [p, p], [1, 1], ceil)
+        try:
+            want, index = aten_pool = torch.ops.aten.max_pool2d_with_indices(x, *args)
+        except RuntimeError:
+            continue  # NOTE: sizes ATen rejects (an output of size 0)
+        got, got_index = pool_forward(x, *args)
+        assert torch.equal(got_index, index) and torch.equal(got.nan_to_num(), want.nan_to_num()), (k, p, ceil, x.shape)
+        g = torch.randn(want.shape, generator=gen)
+        ref = torch.ops.aten.max_pool2d_with_indices_backward(g, x, *args, index)
+        grad = pool_backward(g, x, [k], [], [p], [1], ceil, index)
+        assert torch.equal(grad, ref) and (grad.stride() == ref.stride() or min(c, h * w) == 1), (k, p, ceil, x.shape)
+        checked += 1
+        del aten_pool
+    assert checked > 200
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_tiled_and_overlapping_max_pools_train_as_eager_and_return_eagers_indices(optimizer: str) -> None:
+    """A 2x2 pool with padding, a 3x3 tiling one, and an overlapping one, at odd and even sizes,
+    in one variant; the indices a ceil-mode pool returns are eager's on every compiled call.
+    (A ceil-mode pool's output size is guarded by Inductor's lowering, `pooling_size`: a
+    variant per size class.)"""
+    class Pools(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+            self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h, _ = F.max_pool2d(F.relu(self.b1(self.c1(x))), 2, padding=1, return_indices=True)
+            h = F.max_pool2d(F.relu(self.c2(h)), 3)
+            return self.fc(F.max_pool2d(h, 2, 1, padding=1).amax((2, 3)))
+
+    batches = _classifier_batches([(4, 12, 12), (2, 13, 15), (3, 14, 17), (4, 12, 12)], 4)
+    fast = _check(Pools, batches, F.cross_entropy, optimizer)
+    assert fast.cache_info().compiles == 1, fast.cache_info().miss_reasons
+
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU())
+    pooled = guardsolve.guarded(lambda x: F.max_pool2d(net(x), 2, ceil_mode=True, return_indices=True),
+                                backend="inductor")
+    for n, shape in enumerate([(2, 3, 10, 12), (1, 3, 7, 9), (3, 3, 10, 12), (2, 3, 7, 9)]):
+        x = torch.randn(shape)
+        (v, i), (ev, ei) = pooled(x), F.max_pool2d(net(x), 2, ceil_mode=True, return_indices=True)
+        assert torch.equal(i, ei) and torch.allclose(v, ev)
+        assert n == 0 or pooled.last_call.how == "compiled", pooled.cache_info()
+        v.sum().backward()
