@@ -384,6 +384,12 @@ def test_verify_goes_group_by_group_and_witnesses_break_only_their_guard() -> No
     doubled = guardsolve.GuardSet(gs.constraints + gs.constraints[:1], gs.graph, gs.dims, gs.sizes, None, set(), ())
     with pytest.raises(VerificationError, match="is implied by the other constraints"):
         doubled.verify()
+    # NOTE: `minimal=False` (a compiled variant's proof): the duplicate is reported, not raised;
+    # a guard set that does not imply the bailouts still raises
+    kept = doubled.verify(minimal=False)
+    assert kept.equivalent and not kept.irredundant and len(kept.witnesses) == len(gs.constraints) - 1
+    with pytest.raises(VerificationError, match="the guard set does not imply the original bailouts"):
+        dropped.verify(minimal=False)
 
 
 def test_guard_graph_without_a_trace_does_no_trace_work(monkeypatch: pytest.MonkeyPatch) -> None:

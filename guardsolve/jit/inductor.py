@@ -1141,7 +1141,7 @@ def _variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static: Sequen
         graph = _trace_part(trace_gs)
         backend, layout, exact = _exact(t, values, graph), _exact_layout(t, values), True
     gs = simplify(graph, explore=False, timeout_ms=timeout_ms, jobs=1).with_static([*static, *layout], params)
-    cert = gs.verify(timeout_ms=max(timeout_ms, 10000))
+    cert = gs.verify(timeout_ms=max(timeout_ms, 10000), minimal=False)
     extra = tuple(f"{inputs[k]}.size({i})" for k, i in sizes)
     run = runner(call or artifact, inputs, consts, outs, t.out_spec, boxed=call is not None, extra=extra)
     return Variant(gs, run, tuple(backend), compile_s, cert, data, exact, plain=plain,
