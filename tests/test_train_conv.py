@@ -196,3 +196,27 @@ def test_tiled_and_overlapping_max_pools_train_as_eager_and_return_eagers_indice
         assert torch.equal(i, ei) and torch.allclose(v, ev)
         assert n == 0 or pooled.last_call.how == "compiled", pooled.cache_info()
         v.sum().backward()
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_a_padded_window_of_minus_infinity_returns_eagers_index_and_gradient(grad: bool) -> None:
+    """A window whose in-bounds values are all -inf: Inductor's offset is its first position,
+    in the padding (index -5 for a corner, as torch.compile returns), and the gradient was
+    lost; `pool_forward` clamps it to the first in-bounds position, as ATen (found by a
+    new-user hunt). Tiling (2, 2, pad 1) and overlapping (3, 2, pad 1) windows, training and
+    inference, every call compiled after the first."""
+    for k, s in [(2, 2), (3, 2)]:
+        fn = lambda x: F.max_pool2d(x, k, s, 1, return_indices=True)  # noqa: E731
+        fast = guardsolve.guarded(fn, backend="inductor")
+        for n, shape in enumerate([(2, 3, 8, 8), (1, 2, 7, 9), (2, 3, 8, 8)]):
+            base = torch.randn(shape)
+            base[..., 0, :] = base[..., :, 0] = float("-inf")
+            ours, eager = base.clone().requires_grad_(grad), base.clone().requires_grad_(grad)
+            with torch.set_grad_enabled(grad):
+                (v, i), (ev, ei) = fast(ours), fn(eager)
+            assert torch.equal(i, ei) and torch.equal(v, ev), (k, shape)
+            assert n == 0 or fast.last_call.how == "compiled", fast.cache_info()
+            if grad:
+                v.exp().sum().backward()
+                ev.exp().sum().backward()
+                assert torch.equal(ours.grad, eager.grad), (k, shape)

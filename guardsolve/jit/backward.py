@@ -12,9 +12,9 @@ in Inductor decide by the example's sizes, or compute slowly where a size is not
 - Max pooling's backward: Inductor's gather, at symbolic sizes, merges height and width into one
   loop and divides by the runtime width at every element (a conv net's step 1.8x slower at
   16x16x48x48). Where the windows tile the input (stride = kernel, the common 2x2 pooling),
-  `pool_forward` and `pool_backward` decompose it into a gather that reads each input position's
-  one window, with no division by a size; other windows call ATen's kernel
-  (`guardsolve::max_pool2d_backward`).
+  `pool_backward` decomposes it into a gather that reads each input position's one window,
+  with no division by a size; other windows call ATen's kernel
+  (`guardsolve::max_pool2d_backward`). `pool_forward` computes the indices both read.
 - Batch norm's variance: Inductor's CPU lowering takes two passes over at most 1024 elements
   and Welford's one pass above, by the example's size; at a symbolic size it always took
   Welford's (the forward's kernel 12 us where the static one takes 7, at a 4x16x16 batch).
@@ -22,8 +22,7 @@ in Inductor decide by the example's sizes, or compute slowly where a size is not
 
 All three are exact at every size they serve (each value is the same computation as
 eager's or Inductor's own: a gather reading the index ATen's scatter writes, the same two
-variance formulas); `training_decompositions` collects the table that the joint graph is traced
-with.
+variance formulas); `decompositions` collects the table a graph is traced with.
 
     >>> x = torch.randn(1, 2, 4, 4)
     >>> values, index = pool_forward(x, [2, 2])  # in eager, the prim runs ATen's kernel
@@ -139,17 +138,29 @@ def _index_dtype(x: Any) -> torch.dtype:
 
 def pool_forward(x: Any, kernel_size: Sequence[int], stride: Sequence[int] = (), padding: Sequence[int] = (0,),
                  dilation: Sequence[int] = (1,), ceil_mode: bool = False) -> Any:
-    """`max_pool2d_with_indices` where the windows tile the input: Inductor's max and offset in
-    the window (`_low_memory_max_pool_with_offsets`, as its own decomposition), and the flat index
-    ATen returns computed from the offset (in int32 where it fits: `_index_dtype`) without a division (a shift and a mask for a power-of-2
-    window width, which a gather's backward recomputes from the saved offset at every element).
-    NotImplemented elsewhere (Inductor's own decomposition then)."""
+    """`max_pool2d_with_indices` of a batched 2-D input without dilation: Inductor's max and
+    offset in the window (`_low_memory_max_pool_with_offsets`, as its own decomposition), and the
+    flat index ATen returns computed from the offset (in int32 where it fits: `_index_dtype`)
+    without a division for a power-of-2 window width (a shift and a mask, which a gather's
+    backward recomputes from the saved offset at every element). NotImplemented elsewhere
+    (Inductor's own decomposition, or ATen's kernel for windows over 25, as Inductor's).
+
+    NOTE: a window whose in-bounds values are all -inf: Inductor's offset is the window's first
+    position, which lies in the padding where the window starts there (an index of -5 for a
+    corner, and its gradient lost), where ATen's is the first in-bounds one; the row and column
+    are clamped at 0 to it (found by a new-user hunt; torch.compile returns the same -5).
+
+        >>> x = torch.tensor([[[[float("-inf"), 1.], [2., 3.]]]])
+        >>> pool_forward(x, [2, 2], [2, 2], [1, 1])[1].flatten().tolist()
+        [0, 1, 2, 3]
+    """
+    from torch._inductor import inductor_prims  # noqa: F401  (registers the prim)
+    from torch._inductor.lowering import should_fallback_max_pool_with_indices
+
     kernel = _pair(kernel_size, ())
     step, pad, dil = _pair(stride, kernel), _pair(padding, (0,)), _pair(dilation, (1,))
-    if not _tiles(x, kernel, step, dil) or kernel[0] * kernel[1] > torch.iinfo(torch.int8).max:
+    if x.dim() != 4 or len(kernel) != 2 or dil != [1, 1] or should_fallback_max_pool_with_indices(kernel, n_dim=2):
         return NotImplemented
-    from torch._inductor import inductor_prims  # noqa: F401  (registers the prim)
-
     aten = torch.ops.aten
     values, offsets = torch.ops.prims._low_memory_max_pool_with_offsets(x, kernel, step, pad, dil, ceil_mode)
     dtype = _index_dtype(x)
@@ -159,10 +170,13 @@ def pool_forward(x: Any, kernel_size: Sequence[int], stride: Sequence[int] = (),
         row, col = torch.bitwise_right_shift(off, shift), torch.bitwise_and(off, kernel[1] - 1)
     else:
         row, col = off // kernel[1], off % kernel[1]
-    rows = aten.arange.default(values.shape[-2], dtype=dtype, device=x.device).unsqueeze(1)
-    cols = aten.arange.default(values.shape[-1], dtype=dtype, device=x.device)
-    index = (rows * kernel[0] - pad[0] + row) * x.shape[-1] + (cols * kernel[1] - pad[1] + col)
-    return values, index.to(torch.int64)
+    rows = aten.arange.default(values.shape[-2], dtype=dtype, device=x.device).unsqueeze(1) * step[0] - pad[0] + row
+    cols = aten.arange.default(values.shape[-1], dtype=dtype, device=x.device) * step[1] - pad[1] + col
+    if pad[0]:
+        rows = aten.clamp_min.default(rows, 0)
+    if pad[1]:
+        cols = aten.clamp_min.default(cols, 0)
+    return values, (rows * x.shape[-1] + cols).to(torch.int64)
 
 
 def tiled_pool_backward(grad_out: Any, x: Any, kernel: Sequence[int], padding: Sequence[int], indices: Any) -> Any:
@@ -245,19 +259,25 @@ class _Table(dict):  # type: ignore[type-arg]
     pickles the table into its key, and its own entries (some not picklable) made the compile
     skip the cache, which `CompiledArtifact.save` (the store) needs."""
 
+    def __init__(self, entries: dict[Any, Any], train: bool) -> None:
+        super().__init__(entries)
+        self.train = train
+
     def __reduce__(self) -> Any:
-        return (training_decompositions, ())
+        return (decompositions, (self.train,))
 
 
-def training_decompositions() -> dict[Any, Any]:
-    """Inductor's decompositions, and max pooling's (`pool_forward`, `pool_backward`): the table
-    a training graph's joint trace runs."""
+def decompositions(train: bool) -> dict[Any, Any]:
+    """Inductor's decompositions, and max pooling's: `pool_forward` (every compile: the indices
+    ATen returns) and, for a training graph's joint trace, `pool_backward`."""
     from torch._inductor.decomposition import select_decomp_table
 
     aten = torch.ops.aten
-    return _Table({**select_decomp_table(), aten.max_pool2d_with_indices.default: pool_forward,
-                   aten.max_pool2d_with_indices_backward.default: pool_backward})
+    table = {**select_decomp_table(), aten.max_pool2d_with_indices.default: pool_forward}
+    if train:
+        table[aten.max_pool2d_with_indices_backward.default] = pool_backward
+    return _Table(table, train)
 
 
 __all__ = ["conv_backward_layouts", "pool_backward", "pool_forward", "two_pass_variances", "tiled_pool_backward",
-           "training_decompositions"]
+           "decompositions"]

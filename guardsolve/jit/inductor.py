@@ -48,7 +48,7 @@ from guardsolve.errors import GuardsolveError
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.jit.decompose import retrace_scope
-from guardsolve.jit.backward import conv_backward_layouts, two_pass_variances, training_decompositions
+from guardsolve.jit.backward import conv_backward_layouts, decompositions, two_pass_variances
 from guardsolve.jit.layout import channels_last, conv_formats, eager_format, eager_layouts, squeeze_views
 from guardsolve.jit.variant import BackendGuard, Variant, runner
 from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
@@ -1058,7 +1058,7 @@ def _standalone(gm: Any, inputs: list[Any], oblivious: bool, threads: int | None
         lowered.enter_context(conv_backward_layouts())
         lowered.enter_context(two_pass_variances())
     with scope, config.patch(patch), donate, conv_formats(), squeeze_views(), _inputs_checked(), lowered:
-        options = {"decompositions": training_decompositions()} if train else {}
+        options = {"decompositions": decompositions(train)}
         artifact = torch._inductor.standalone_compile(gm, inputs, dynamic_shapes="from_graph", options=options)
     if train and not keep_saved_tensors(artifact):
         raise CompileFailure("no AOTAutograd backward found in the compiled artifact (PyTorch internals moved?)")
