@@ -123,6 +123,14 @@ def _pair(v: Sequence[int], default: Sequence[int]) -> list[int]:
     return out * 2 if len(out) == 1 else out
 
 
+def _pool_args(kernel_size: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+               dilation: Sequence[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """A max pool's kernel, stride, padding and dilation as two ints each (an empty stride is
+    the kernel)."""
+    kernel = _pair(kernel_size, ())
+    return kernel, _pair(stride, kernel), _pair(padding, (0,)), _pair(dilation, (1,))
+
+
 def _tiles(x: Any, kernel: list[int], step: list[int], dilation: list[int]) -> bool:
     """Whether the pooling windows tile a batched 2-D input: stride = kernel, no dilation."""
     return x.dim() == 4 and len(kernel) == 2 and kernel == step and dilation == [1, 1]
@@ -157,8 +165,7 @@ def pool_forward(x: Any, kernel_size: Sequence[int], stride: Sequence[int] = (),
     from torch._inductor import inductor_prims  # noqa: F401  (registers the prim)
     from torch._inductor.lowering import should_fallback_max_pool_with_indices
 
-    kernel = _pair(kernel_size, ())
-    step, pad, dil = _pair(stride, kernel), _pair(padding, (0,)), _pair(dilation, (1,))
+    kernel, step, pad, dil = _pool_args(kernel_size, stride, padding, dilation)
     if x.dim() != 4 or len(kernel) != 2 or dil != [1, 1] or should_fallback_max_pool_with_indices(kernel, n_dim=2):
         return NotImplemented
     aten = torch.ops.aten
@@ -213,8 +220,7 @@ def pool_backward(grad_out: Any, x: Any, kernel_size: Sequence[int], stride: Seq
     """A decomposition of `max_pool2d_with_indices_backward`: `tiled_pool_backward` where the
     windows tile a contiguous or channels-last input (laid out as ATen's kernel lays its
     gradient out: the input's format), else ATen's kernel (`guardsolve::max_pool2d_backward`)."""
-    kernel = _pair(kernel_size, ())
-    step, pad, dil = _pair(stride, kernel), _pair(padding, (0,)), _pair(dilation, (1,))
+    kernel, step, pad, dil = _pool_args(kernel_size, stride, padding, dilation)
     strides = _strides(x)
     if _tiles(x, kernel, step, dil) and strides is not None:
         for fmt in (torch.channels_last, torch.contiguous_format):
