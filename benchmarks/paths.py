@@ -85,14 +85,14 @@ WIDE_MAX = 40  # wide variants per program, at most
 def wide_variants(gs: Any, inputs: tuple[Any, ...]) -> list[tuple[str, tuple[Any, ...]]]:
     """Inputs further out: each dim and class of equal dims at 2, v-1, v+1, 2v, and each merged
     guard's boundary (where it alone fails, nearest the example) with one step either side."""
-    from guardsolve.solve.paths import _classes, _resized
+    from guardsolve.solve.paths import equal_classes, resized
     from guardsolve.solve.witness import flip_points
 
     example = gs.input_dims(*inputs)
     if example is None:
         return []
     points: list[dict[str, int]] = []
-    for unit in [(d,) for d in example] + _classes(gs):
+    for unit in [(d,) for d in example] + equal_classes(gs):
         v = example[unit[0]]
         for w in (2, v - 1, v + 1, 2 * v):
             if w >= 0:
@@ -106,7 +106,7 @@ def wide_variants(gs: Any, inputs: tuple[Any, ...]) -> list[tuple[str, tuple[Any
         if key in seen or any(v < 0 for d, v in p.items() if d in gs.sizes):
             continue
         seen.add(key)
-        new = [_resized(x, [p[d] for d in prm.dims]) if prm.kind == "tensor" else p[prm.name]
+        new = [resized(x, [p[d] for d in prm.dims]) if prm.kind == "tensor" else p[prm.name]
                for prm, x in zip(gs.signature, inputs)]
         if sum(x.numel() for x in new if isinstance(x, torch.Tensor)) > 4_000_000:
             continue

@@ -247,7 +247,7 @@ def perturbed_inputs(rng: random.Random, inputs: tuple[Any, ...], count: int) ->
 def boundary_variants(gs: Any, inputs: tuple[Any, ...]) -> Iterator[tuple[str, tuple[Any, ...]]]:
     """Inputs at sizes 0 and 1: each dim, each class of dims the guards hold equal (together),
     every pair of those at 1, all dims at 0 and all at 1; each named by its changes. The
-    values come from `inputs` (`paths._resized`: indices stay in range).
+    values come from `inputs` (`paths.resized`: indices stay in range).
 
     >>> import torch, guardsolve
     >>> gs = guardsolve.simplify(guardsolve.trace(lambda a, b: a + b, torch.ones(4), torch.ones(4)), explore=False)
@@ -256,12 +256,12 @@ def boundary_variants(gs: Any, inputs: tuple[Any, ...]) -> Iterator[tuple[str, t
     """
     import itertools
 
-    from guardsolve.solve.paths import _classes, _resized
+    from guardsolve.solve.paths import equal_classes, resized
 
     example = gs.input_dims(*inputs)
     if example is None:
         return
-    units = [(d,) for d in example] + _classes(gs)
+    units = [(d,) for d in example] + equal_classes(gs)
     points = [{d: v for d in u} for u in units for v in (0, 1)]
     points += [{**{d: 1 for d in a}, **{d: 1 for d in b}} for a, b in itertools.combinations(units, 2)]
     points += [{d: v for d in example} for v in (0, 1)]
@@ -272,7 +272,7 @@ def boundary_variants(gs: Any, inputs: tuple[Any, ...]) -> Iterator[tuple[str, t
         if p == example or key in seen:
             continue
         seen.add(key)
-        new = [_resized(v, [p[d] for d in prm.dims]) if prm.kind == "tensor" else p[prm.name]
+        new = [resized(v, [p[d] for d in prm.dims]) if prm.kind == "tensor" else p[prm.name]
                for prm, v in zip(gs.signature, inputs)]
         yield ", ".join(f"{d}={p[d]}" for d in example if p[d] != example[d]), tuple(new)
 
@@ -360,7 +360,7 @@ def size_variants(inputs: tuple[Any, ...]) -> Iterator[tuple[str, tuple[Any, ...
     """
     import torch
 
-    from guardsolve.solve.paths import _resized
+    from guardsolve.solve.paths import resized
 
     dims = [(i, d, int(x.shape[d])) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) for d in range(x.dim())]
 
@@ -377,7 +377,7 @@ def size_variants(inputs: tuple[Any, ...]) -> Iterator[tuple[str, tuple[Any, ...
         if key in seen:
             return None
         seen.add(key)
-        return tuple(_resized(x, [change.get((i, d), n) for d, n in enumerate(x.shape)])
+        return tuple(resized(x, [change.get((i, d), n) for d, n in enumerate(x.shape)])
                      if isinstance(x, torch.Tensor) else x for i, x in enumerate(inputs))
 
     for i, d, v in dims:

@@ -321,3 +321,34 @@ def test_pytorchs_own_python_code_failing_on_its_compiled_route_gives_eagers_err
         expected = _eager_error(f, *args)
         got = _eager_error(guardsolve.trace, f, *args)
     assert isinstance(got, type(expected)) and str(got) == str(expected), (got, expected)
+
+
+def test_a_value_guarded_programs_tensors_are_freed_after_its_calls() -> None:
+    """`.item()` under value guards asks whether it reads a traced tensor: nothing remembers
+    the arguments it asked about (a cache keyed on them once kept every traced tensor, and the
+    trace's whole graph, alive for the life of the process)."""
+    import gc
+    import weakref
+
+    from guardsolve.trace.tensor import TracedTensor
+
+    def f(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        k = n.item()
+        if (x.sum() > 0).item():
+            return x[:k] * 2
+        return x[:k]
+
+    def traced_alive() -> int:
+        gc.collect()
+        return sum(isinstance(o, TracedTensor) for o in gc.get_objects())
+
+    before = traced_alive()
+    refs = []
+    for size in (6, 7, 9):
+        x, n = torch.randn(size), torch.tensor(3)
+        t = guardsolve.trace(f, x, n, value_guards=True)
+        refs.append(weakref.ref(t))
+        del t
+    assert traced_alive() == before
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]

@@ -15,7 +15,7 @@ import torch
 import guardsolve
 from guardsolve.trace.identity import candidates, identities_at, same_but_identities
 from guardsolve.trace.replay import compile_replay
-from guardsolve.trace.tracer import _trace
+from guardsolve.trace.tracer import trace_once
 
 
 def _replays_as_eager(t: guardsolve.Trace, fn, *inputs: torch.Tensor) -> bool:
@@ -53,7 +53,7 @@ def test_a_branch_to_other_ops_at_batch_1_is_still_rejected() -> None:
 
     gs = guardsolve.simplify(guardsolve.trace(branch, torch.randn(3, 4)))
     assert str(gs) == "x0 != 1" and not gs.check(torch.randn(1, 4))
-    assert same_but_identities(guardsolve.trace(branch, torch.randn(3, 4)), _trace(branch, (torch.randn(1, 4),), False),
+    assert same_but_identities(guardsolve.trace(branch, torch.randn(3, 4)), trace_once(branch, (torch.randn(1, 4),), False),
                                {"x0": 1, "x1": 4}) is None
 
 

@@ -209,7 +209,7 @@ def _sweep(fn, inputs: tuple, variants: list[tuple]) -> list[str]:  # type: igno
 
 def _at(signature, inputs: tuple, point: dict) -> tuple | None:  # type: ignore[no-untyped-def]
     """The example inputs resized to a point's dims (None where a size is negative or a tensor huge)."""
-    from guardsolve.solve.paths import _resized
+    from guardsolve.solve.paths import resized
 
     out = []
     for prm, x in zip(signature, inputs):
@@ -219,7 +219,7 @@ def _at(signature, inputs: tuple, point: dict) -> tuple | None:  # type: ignore[
         shape = [point.get(d, s) for d, s in zip(prm.dims, x.shape)]
         if any(n < 0 for n in shape) or torch.Size(shape).numel() > 2_000_000:
             return None
-        out.append(_resized(x, shape))
+        out.append(resized(x, shape))
     return tuple(out)
 
 

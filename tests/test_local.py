@@ -17,7 +17,7 @@ import torch
 import guardsolve
 from guardsolve.solve.paths import _inputs_at, prove_union
 from guardsolve.trace.local import LocalReplay
-from guardsolve.trace.tracer import _trace, difference
+from guardsolve.trace.tracer import trace_once, difference
 
 CONV = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
                            torch.nn.MaxPool2d(2)).eval()
@@ -61,7 +61,7 @@ def test_a_replayed_probe_agrees_with_a_fresh_trace(name: str) -> None:
                 continue
             answered += 1
             try:
-                u = _trace(t.fn, args, False, expect=t.graph.nodes)
+                u = trace_once(t.fn, args, False, expect=t.graph.nodes)
                 fresh = difference(t, u)
             except Exception as e:  # NOTE: the fresh trace stops (diverges, a rule rejects, eager raises)
                 fresh, u = f"{type(e).__name__}: {e}", None
@@ -164,7 +164,7 @@ def test_at_a_size_0_a_rule_that_rejects_is_found_on_plain_meta_tensors() -> Non
     assert str(got[1]).startswith("stops at tests/test_local.py:") and got[1].op == "aten.view.default"
     assert "aten.view.default's shape rule rejects these sizes: RuntimeError" in str(got[1])
     with pytest.raises(Exception):
-        _trace(f, _inputs_at(t, zero), False, expect=t.graph.nodes)
+        trace_once(f, _inputs_at(t, zero), False, expect=t.graph.nodes)
     # NOTE: where no rule rejects a size 0, the symbolic replay decides (a route here)
     sin = guardsolve.trace(lambda x: x.sin(), torch.randn(3, 8))
     replay = LocalReplay.of(sin)

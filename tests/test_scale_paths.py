@@ -309,7 +309,7 @@ def test_constants_and_bailouts_share_their_params_and_read_as_before() -> None:
 
 
 def test_the_coefficient_of_a_dim_read_in_place_is_the_one_read_through_polynomials() -> None:
-    from guardsolve.solve.witness import _coefficient, poly_value
+    from guardsolve.solve.witness import coefficient_at, poly_value
 
     def plain(p: Poly, d: str, point: dict[str, int]) -> int | None:  # NOTE: the earlier code
         c = 0
@@ -349,7 +349,7 @@ def test_the_coefficient_of_a_dim_read_in_place_is_the_one_read_through_polynomi
         except ZeroDivisionError:
             continue  # NOTE: either may raise first; callers read a raise and None alike
         try:
-            got = _coefficient(p, d, point)
+            got = coefficient_at(p, d, point)
         except ZeroDivisionError:
             assert want is None
             continue
@@ -370,7 +370,7 @@ def test_a_failing_rule_names_its_node_by_index() -> None:
 
 
 def test_inlined_truth_tests_read_as_holds_does_division_by_zero_too() -> None:
-    from guardsolve.solve.witness import _holds
+    from guardsolve.solve.witness import holds_at
 
     x, y, z = Poly.var("x"), Poly.var("y"), Poly.var("z")
     fs = [rel("eq", divide("mod", x, y), Poly.const(0)), rel("le", x, z), rel("ne", divide("floordiv", z, x - y), y),
@@ -384,9 +384,9 @@ def test_inlined_truth_tests_read_as_holds_does_division_by_zero_too() -> None:
         skip = rng.randrange(len(fs))
         for d in "xyz":
             mine = [j for j in w.users.get(d, ()) if j != skip and j in active]
-            extras = all(_holds(fn) for fn in w.extra.get(d, ()))
-            assert w._others_hold(d, skip, active) == (all(_holds(w.fns[j]) for j in mine) and extras)
-            held = [_holds(w.fns[j]) for j in mine]
+            extras = all(holds_at(fn) for fn in w.extra.get(d, ()))
+            assert w._others_hold(d, skip, active) == (all(holds_at(w.fns[j]) for j in mine) and extras)
+            held = [holds_at(w.fns[j]) for j in mine]
             assert w._broken(d, skip, active) == (None if None in held or not extras
                                                   else [j for j, ok in zip(mine, held) if not ok])
 

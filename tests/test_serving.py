@@ -131,7 +131,7 @@ def test_a_miss_whose_trace_fits_names_the_variant_check_that_failed() -> None:
     x = torch.randn(6, 4)
     gs = guardsolve.simplify(guardsolve.trace(lambda x: x.sum(1), x))
     narrow = guardsolve.simplify(guardsolve.trace(lambda x: x.view(2, 3, 4).sum(2), x))  # NOTE: x0 == 6
-    e = Entry(None, gs, lambda *a: None, ("x",), None, gs._check)  # type: ignore[arg-type]
+    e = Entry(None, gs, lambda *a: None, ("x",), None, gs.entry_check)  # type: ignore[arg-type]
     e.trace = types.SimpleNamespace()  # type: ignore[assignment]
     e.variants = (types.SimpleNamespace(guards=narrow),)
     y = torch.randn(5, 4)

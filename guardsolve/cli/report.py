@@ -286,7 +286,7 @@ def export_checked(gs: GuardSet, info: ReportInfo, trace: Any) -> Any:
     """The --export-check: the --dynamic spec through torch.export, at example inputs of the
     spec's example sizes, made from the traced inputs (their dtypes and values, resized)."""
     from guardsolve.pytorch.export_check import ExportCheckError, check_with_export
-    from guardsolve.solve.paths import _resized
+    from guardsolve.solve.paths import resized
 
     if not info.dynamic:
         raise ExportCheckError("--export-check checks the --dynamic spec: give --dynamic DIM")
@@ -294,7 +294,7 @@ def export_checked(gs: GuardSet, info: ReportInfo, trace: Any) -> Any:
         raise ExportCheckError(f"--export-check needs a function target: {info.target} is a saved graph, "
                                "and torch.export needs the program")
     j = judgement(gs, info)
-    args = [_resized(v, [j.example[d] for d in p.dims]) if p.kind == "tensor" else j.example[p.name]
+    args = [resized(v, [j.example[d] for d in p.dims]) if p.kind == "tensor" else j.example[p.name]
             for p, v in zip(trace.signature, trace.inputs)]
     return check_with_export(j, trace.fn, args)
 

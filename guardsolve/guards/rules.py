@@ -152,7 +152,7 @@ def _fast_binary(operands: tuple[Any, ...], promotion: Any) -> torch.Tensor | No
 def _same_sizes(a: Any, b: Any) -> bool:
     """Are `a` and `b` the same sizes as values (guard-graph names or constants)? `sym_eq`
     answers True for them without a decision; this asks nothing of PyTorch."""
-    return all(x is not None and x == y for x, y in zip(map(_sym, a), map(_sym, b)))
+    return all(x is not None and x == y for x, y in zip(map(sym_of, a), map(sym_of, b)))
 
 
 def _broadcast(a: Any, b: Any) -> tuple[Any, ...]:
@@ -172,8 +172,8 @@ def _broadcast(a: Any, b: Any) -> tuple[Any, ...]:
         ia, ib = i - ndim + len(a), i - ndim + len(b)
         sa = a[ia] if ia >= 0 else 1
         sb = b[ib] if ib >= 0 else 1
-        ka = _sym(sa)
-        if ka is not None and ka == _sym(sb):
+        ka = sym_of(sa)
+        if ka is not None and ka == sym_of(sb):
             out[i] = sa
             continue
         na, nb = _plain(sa), _plain(sb)
@@ -262,7 +262,7 @@ def _known_contiguous(t: torch.Tensor) -> bool:
     `is_contiguous_or_false`, which observes whether a size is 0 or 1)."""
     expected: Any = 1
     for size, stride in zip(reversed(t.shape), reversed(t.stride())):
-        if _sym(stride) != _sym(expected):
+        if sym_of(stride) != sym_of(expected):
             return False
         expected = expected * size  # NOTE: hash-consed product; no decision
     return True
@@ -938,7 +938,7 @@ def sizes_stay_symbols(rec: Recorder, args: tuple[Any, ...], kwargs: dict[str, A
     return unflatten(leaves, spec) if changed else out
 
 
-def _sym(v: Any) -> Any:
+def sym_of(v: Any) -> Any:
     """A size's identity: its guard-graph name, or its value when static; None when neither."""
     if isinstance(v, (torch.SymInt, torch.SymBool, torch.SymFloat)):
         node = v.node
@@ -953,12 +953,12 @@ def _key(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     parts: list[Any] = [func, spec, torch.is_grad_enabled()]
     for a in flat:
         if isinstance(a, torch.Tensor):
-            part = (tuple(map(_sym, a.shape)), tuple(map(_sym, a.stride())), _sym(a.storage_offset()), a.dtype,
+            part = (tuple(map(sym_of, a.shape)), tuple(map(sym_of, a.stride())), sym_of(a.storage_offset()), a.dtype,
                     a.device, a.layout)
             if None in part[0] or None in part[1] or part[2] is None:
                 return None
         elif isinstance(a, (torch.SymInt, torch.SymBool, torch.SymFloat)):
-            part = ("sym", _sym(a))
+            part = ("sym", sym_of(a))
             if part[1] is None:
                 return None
         elif a is None or isinstance(a, (int, float, bool, str, torch.dtype, torch.device, torch.layout,
@@ -972,7 +972,7 @@ def _key(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def _cacheable(x: Any) -> bool:
     if isinstance(x, torch.Tensor):
-        return _sym(x.storage_offset()) == 0 and None not in map(_sym, x.shape) and None not in map(_sym, x.stride())
+        return sym_of(x.storage_offset()) == 0 and None not in map(sym_of, x.shape) and None not in map(sym_of, x.stride())
     return not isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat))
 
 

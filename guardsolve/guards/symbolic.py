@@ -33,7 +33,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @functools.lru_cache(maxsize=4096)
-def _is_library_file(filename: str) -> bool:
+def is_library_file(filename: str) -> bool:
     """Is this a frame of guardsolve, torch or Python's own machinery (not user code)?"""
     if filename.startswith("<frozen") or filename.startswith("<string>"):
         return True
@@ -63,7 +63,7 @@ def user_location(memo: dict[tuple[str, int, str], SourceLoc] | None = None) -> 
     fallback = None
     while frame is not None and frame.f_code is not call_user.__code__:
         filename = frame.f_code.co_filename
-        if not _is_library_file(filename):
+        if not is_library_file(filename):
             return _loc(frame, memo)
         if fallback is None and _NN_DIR in filename:
             fallback = frame

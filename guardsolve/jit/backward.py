@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import torch
 
-from guardsolve.jit.layout import _format_exprs, _strides
+from guardsolve.jit.layout import strides_in_format, strides_of
 
 _CLONE = torch.ops.aten.clone.default
 
@@ -221,10 +221,10 @@ def pool_backward(grad_out: Any, x: Any, kernel_size: Sequence[int], stride: Seq
     windows tile a contiguous or channels-last input (laid out as ATen's kernel lays its
     gradient out: the input's format), else ATen's kernel (`guardsolve::max_pool2d_backward`)."""
     kernel, step, pad, dil = _pool_args(kernel_size, stride, padding, dilation)
-    strides = _strides(x)
+    strides = strides_of(x)
     if _tiles(x, kernel, step, dil) and strides is not None:
         for fmt in (torch.channels_last, torch.contiguous_format):
-            if _format_exprs(x, strides, fmt):
+            if strides_in_format(x, strides, fmt):
                 return _CLONE(tiled_pool_backward(grad_out, x, kernel, pad, indices), memory_format=fmt)
     return torch.ops.guardsolve.max_pool2d_backward(grad_out, x, list(kernel_size), list(stride), list(padding),
                                                     list(dilation), ceil_mode, indices)

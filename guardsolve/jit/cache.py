@@ -109,6 +109,10 @@ class Entry:
     def hits(self) -> int:
         return self._hits.value
 
+    def count_hit(self) -> None:
+        """One more call served by this one (a thread-safe counter)."""
+        self._hits.inc()
+
     def explain(self) -> str:
         """The trace's guards with their lines, then each compiled variant's check: the trace's
         part and what Inductor assumed, named (the replay backend has no variants)."""
@@ -445,8 +449,8 @@ class GuardedFunction:
                         self._count_eager(why)
                         self._tls.last = (_K_EAGER, e, v, why)
                         return _EAGER
-                    v._hits.inc()
-                    e._hits.inc()
+                    v.count_hit()
+                    e.count_hit()
                     self._hits.inc()
                     e.last_used = next(self._clock)
                     self._tls.last = (_K_HIT, e, v, None)
@@ -472,7 +476,7 @@ class GuardedFunction:
                 return _MISS  # NOTE: state changed in place (`w.resize_(1)`): a new trace
             self._tls.last = (_K_EAGER, e, None, f"the replay raised {type(err).__name__}: {_first_line(err)[:200]}")
             raise
-        e._hits.inc()
+        e.count_hit()
         self._hits.inc()
         e.last_used = next(self._clock)
         self._tls.last = (_K_HIT, e, None, None)
@@ -501,8 +505,8 @@ class GuardedFunction:
                 if out is NotImplemented:
                     continue
                 self._first(other)
-                v._hits.inc()
-                other._hits.inc()
+                v.count_hit()
+                other.count_hit()
                 self._hits.inc()
                 other.last_used = next(self._clock)
                 self._tls.last = (_K_HIT, other, v, None)
@@ -956,8 +960,8 @@ class GuardedFunction:
         state = StateCheck.of(rec)
         t.inputs = t.recorded = None  # NOTE: the entry keeps its trace, not the call's tensors (nor its recorder)
         run = compile_replay(t.graph, t.out_spec, t.constants) if self.backend == "replay" else _no_replay
-        assert gs._check is not None
-        entry = Entry(t, gs, run, names, None if plain or len(traced) == len(values) else traced, gs._check,
+        assert gs.entry_check is not None
+        entry = Entry(t, gs, run, names, None if plain or len(traced) == len(values) else traced, gs.entry_check,
                       next(self._clock), static=tuple(static), state=state)
         bind_state(entry)
         return entry

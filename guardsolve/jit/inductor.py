@@ -56,7 +56,7 @@ from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
 from guardsolve.solve.smt import Vars, limit
 from guardsolve.solve.tograph import emit_bailout
-from guardsolve.trace.replay import _lines
+from guardsolve.trace.replay import replay_lines
 from guardsolve.trace.static import StaticGuard
 from guardsolve.trace.tracer import Ref, Trace
 
@@ -115,7 +115,7 @@ def flat_program(t: Trace) -> tuple[Callable[..., Any], list[str], list[str], li
     inputs = [n.params["name"] for n in t.graph.placeholders()]
     consts = list(t.constants)
     outs = _unique_refs(t.out_spec, [])
-    body, ns = _lines(t.graph, tuple(Ref(n) for n in outs))
+    body, ns = replay_lines(t.graph, tuple(Ref(n) for n in outs))
     src = "\n".join([f"def program({', '.join(inputs + consts)}):"] + [f"    {b}" for b in body])
     exec(compile(src, "<guardsolve inductor program>", "exec"), ns)
     return ns["program"], inputs, consts, outs

@@ -43,7 +43,7 @@ def _expr(d: Any) -> Any:
     return d.node.expr if isinstance(d, torch.SymInt) else sympy.Integer(d)
 
 
-def _strides(v: Any) -> tuple[Any, ...] | None:
+def strides_of(v: Any) -> tuple[Any, ...] | None:
     return tuple(_expr(s) for s in v.stride()) if isinstance(v, torch.Tensor) else None
 
 
@@ -85,7 +85,7 @@ def channels_last(gm: torch.fx.GraphModule, mode: Any, args: Sequence[Any]) -> t
     fails (the graph is compiled as it was: slower, not wrong)."""
     if not _convolutions(gm):
         return gm
-    before = [_strides(r.meta.get("val")) if isinstance(r, torch.fx.Node) else None for r in _outputs(gm)]
+    before = [strides_of(r.meta.get("val")) if isinstance(r, torch.fx.Node) else None for r in _outputs(gm)]
     work = torch.fx.GraphModule(gm, gm.graph.__deepcopy__())
     for n in _convolutions(work):
         # NOTE: the weight too (oneDNN reorders a contiguous one at every call): a training
@@ -110,7 +110,7 @@ def channels_last(gm: torch.fx.GraphModule, mode: Any, args: Sequence[Any]) -> t
     fixed = []
     for r, old in zip(results, before):
         v = r.meta.get("val") if isinstance(r, torch.fx.Node) else None
-        if old is None or not isinstance(v, torch.Tensor) or _strides(v) == old:
+        if old is None or not isinstance(v, torch.Tensor) or strides_of(v) == old:
             fixed.append(r)
             continue
         if r.op == "placeholder" or not _contiguous_exprs(v, old):
@@ -146,7 +146,7 @@ def _aliases_input(n: torch.fx.Node) -> bool:
     return n.op != "call_function"
 
 
-def _format_exprs(v: torch.Tensor, strides: tuple[Any, ...], fmt: torch.memory_format) -> bool:
+def strides_in_format(v: torch.Tensor, strides: tuple[Any, ...], fmt: torch.memory_format) -> bool:
     """Whether the stride expressions are `fmt`'s strides of `v`'s sizes (no guard)."""
     import sympy
 
@@ -172,10 +172,10 @@ def eager_layouts(gm: torch.fx.GraphModule, mode: Any, formats: Sequence[torch.m
     fixed = []
     for r, fmt in zip(outs, formats):
         v = r.meta.get("val") if isinstance(r, torch.fx.Node) else None
-        strides = _strides(v)
+        strides = strides_of(v)
         view = isinstance(r, torch.fx.Node) and _aliases_input(r)
         if fmt is None or view or not isinstance(v, torch.Tensor) or v.dim() != 4 or strides is None or \
-                _format_exprs(v, strides, fmt):
+                strides_in_format(v, strides, fmt):
             fixed.append(r)
             continue
         with gm.graph.inserting_after(r):

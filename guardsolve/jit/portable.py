@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import torch
 
-from guardsolve.trace.state import Attrs, Leaf, StateCheck, _same, _tensor_meta
+from guardsolve.trace.state import Attrs, Leaf, StateCheck, leaf_matches, tensor_meta
 
 
 class NotPortable(Exception):
@@ -250,7 +250,7 @@ def restore_state(spec: dict[str, Any], fn: Callable[..., Any]) -> StateCheck:
             case "value":
                 expect = saved
             case "tensor":
-                ok = isinstance(cur, torch.Tensor) and _tensor_meta(cur) == meta
+                ok = isinstance(cur, torch.Tensor) and tensor_meta(cur) == meta
                 expect = cur if ok else _Differs()
                 if ok:
                     tensors.setdefault(id(cur), len(leaves))
@@ -259,7 +259,7 @@ def restore_state(spec: dict[str, Any], fn: Callable[..., Any]) -> StateCheck:
             case _:
                 expect = None
         leaf = Leaf(where, owner, key, kind, expect, meta)
-        if kind in ("length", "absent") and (cur is _MISSING or not _same(leaf, cur)):
+        if kind in ("length", "absent") and (cur is _MISSING or not leaf_matches(leaf, cur)):
             leaf.meta = -1 if kind == "length" else meta  # NOTE: never holds: the entry misses
             if kind == "absent":
                 leaf.kind, leaf.expect = "object", _Differs()

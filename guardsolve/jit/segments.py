@@ -52,7 +52,7 @@ from guardsolve.ir.graph import Graph
 from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Op
 from guardsolve.jit.counter import Counter
-from guardsolve.trace.replay import _INT_EXPR, _METADATA, _direct_call, _lines, _live, _refs, _spec_source
+from guardsolve.trace.replay import INT_EXPR, METADATA_OPS, direct_call, replay_lines, live_names, spec_refs, spec_source
 
 _READS = frozenset({"aten._local_scalar_dense.default", "aten.item.default"})
 _INPUTS = frozenset({Op.VAR_PLACEHOLDER, Op.INT_ARG, Op.VAR_PARAM, Op.INT_PLACEHOLDER})
@@ -74,7 +74,7 @@ def has_data(graph: Graph) -> bool:
 
 
 def _tensor_op(n: Node) -> bool:
-    return n.op is Op.ATEN or (n.op in TENSOR_RULES and n.op not in _METADATA)
+    return n.op is Op.ATEN or (n.op in TENSOR_RULES and n.op not in METADATA_OPS)
 
 
 @dataclass
@@ -149,7 +149,7 @@ class Plan:
             defined = {o for i in run for o in nodes[i].outputs}
             sub = Graph([nodes[i] for i in run])
             # NOTE: what its tensor ops read (its int nodes only where a tensor op uses them)
-            need = _live(sub, set(), {j for j, n in enumerate(sub.nodes) if _tensor_op(n)})
+            need = live_names(sub, set(), {j for j, n in enumerate(sub.nodes) if _tensor_op(n)})
             ins.append(list(dict.fromkeys(x for i in run for x in nodes[i].inputs
                                           if x not in defined and x not in consts and x in need)))
         have = set(inputs) | consts
@@ -184,7 +184,7 @@ class Plan:
             else:
                 lines.append(("op", idx))
                 have.update(n.outputs)
-        for name in sorted(_refs(self.trace.out_spec)):
+        for name in sorted(spec_refs(self.trace.out_spec)):
             define(name)
         self.ins, self.outs, self.glue = ins, outs, lines
 
@@ -205,7 +205,7 @@ class Plan:
                     if n.op is Op.VAR_TO_BOOL:
                         body.append(f"{n.outputs[0]} = {n.inputs[0]}")  # NOTE: `bool()` of it is checked
                         continue
-                    direct = _direct_call(n, ns) or _fast_call(n, ns)
+                    direct = direct_call(n, ns) or _fast_call(n, ns)
                     if direct is None:
                         out = n.outputs[0]
                         ns[f"k_{out}"] = compile_call(**n.params, outputs=len(n.outputs))
@@ -216,7 +216,7 @@ class Plan:
         for i in self.cuts:
             if nodes[i].op is Op.BOOL_BAILOUT:
                 ns[f"fail_{i}"] = partial(_diverged, nodes[i], i, self)
-        body.append(f"return {_spec_source(self.trace.out_spec, ns)}")
+        body.append(f"return {spec_source(self.trace.out_spec, ns)}")
         return "\n".join([f"def glue({', '.join(params)}):"] + [f"    {b}" for b in body])
 
     def resume_source(self, at: int, ns: dict[str, Any]) -> str | None:
@@ -271,7 +271,7 @@ class Plan:
             for o in n.outputs:
                 names.setdefault(o, f"t{len(names)}")
         renamed = [_renamed(n, names) for n in nodes]
-        body, sub_ns = _lines(Graph(renamed), tuple(Ref(names[o]) for o in self.outs[k]))
+        body, sub_ns = replay_lines(Graph(renamed), tuple(Ref(names[o]) for o in self.outs[k]))
         ns.update(sub_ns)
         ns["__key__"] = "\n".join([*map(str, renamed), ", ".join(names[o] for o in self.outs[k])])
         params = [names[x] for x in self.ins[k] + self._consts(k)]
@@ -331,8 +331,8 @@ def _renamed(n: Node, names: dict[str, str]) -> Node:
 
 
 def _int_line(n: Node) -> str:
-    if n.op in _INT_EXPR:
-        return f"{n.outputs[0]} = " + _INT_EXPR[n.op].format(*n.inputs, **n.params)
+    if n.op in INT_EXPR:
+        return f"{n.outputs[0]} = " + INT_EXPR[n.op].format(*n.inputs, **n.params)
     if n.op is Op.SIZE_CTOR:
         return f"{n.outputs[0]} = (" + "".join(f"{x}, " for x in n.inputs) + ")"
     raise TraceError(f"a segment's glue cannot compute {n.op.value} ({', '.join(n.outputs)}) in Python")
@@ -385,7 +385,7 @@ class Segment:
                     self.variants = [w for w in self.variants if w is not v]
                     self.why_eager = f"a compiled variant's own input check failed ({str(e)[:120]})"
                     return _NONE
-                v._hits.inc()
+                v.count_hit()
                 return out
         return _NONE
 
@@ -544,10 +544,10 @@ def _expr(where: dict[str, Node], name: str, depth: int) -> str:
         src = where.get(n.inputs[0])
         if src is not None and src.op is Op.VAR_SIZE:
             return f"{src.inputs[0]}.shape[{n.params['index']}]"
-    if n.op in _INT_EXPR and n.op not in _METADATA:
+    if n.op in INT_EXPR and n.op not in METADATA_OPS:
         parts = [_expr(where, x, depth + 1) for x in n.inputs]
         parts = [f"({p})" if " " in p else p for p in parts]
-        return _INT_EXPR[n.op].format(*parts, **n.params)
+        return INT_EXPR[n.op].format(*parts, **n.params)
     return name
 
 

@@ -64,13 +64,17 @@ class Variant:
     check: Callable[..., bool] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        c = self.guards._check
+        c = self.guards.entry_check
         assert c is not None
         self.check = c
 
     @property
     def hits(self) -> int:
         return self._hits.value
+
+    def count_hit(self) -> None:
+        """One more call served by this one (a thread-safe counter)."""
+        self._hits.inc()
 
     def explain(self) -> str:
         """Both parts of the check with their sources: the trace's lines, and what Inductor assumed."""
@@ -97,14 +101,14 @@ def runner(artifact: Callable[..., Any], inputs: Sequence[str], consts: Sequence
     >>> r(torch.ones(1))
     {'y': tensor([2.])}
     """
-    from guardsolve.trace.replay import _spec_source
+    from guardsolve.trace.replay import spec_source
 
     ns: dict[str, Any] = {"_art": artifact}
     cnames = []
     for i, c in enumerate(consts):
         ns[f"_c{i}"] = c
         cnames.append(f"_c{i}")
-    result = _spec_source(out_spec, ns)
+    result = spec_source(out_spec, ns)
     got = "".join(f"{o}, " for o in outs)
     args = ", ".join([*inputs, *cnames, *extra])
     call = f"_art([{args}])" if boxed else f"_art({args})"

@@ -440,7 +440,7 @@ def _forward_names(module: torch.nn.Module) -> list[str]:
         return []
 
 
-def _inputs(code: Any, f_locals: Mapping[str, Any], outer: Sequence[Any] = (),
+def frame_inputs(code: Any, f_locals: Mapping[str, Any], outer: Sequence[Any] = (),
             outer_names: Sequence[str] = ()) -> list[tuple[str, str, Any]]:
     """The frame's inputs a check takes, as (name, Dynamo's source, value): its parameters (a
     module's `self` aside), the elements of `*args` and the items of `**kwargs`. A frame whose
@@ -577,7 +577,7 @@ def explain_frame(c: dyn.Compiled, dynamic: bool | None, marked: Mapping[int, Se
     gm = c.entry.guard_manager
     closure = dict(getattr(gm, "closure_vars", None) or {})
     leaves, shape = dyn.leaves(gm)
-    inputs = _inputs(c.code, c.f_locals, outer, outer_names)
+    inputs = frame_inputs(c.code, c.f_locals, outer, outer_names)
     params = [name for name, _, _ in inputs]
     value = {name: v for name, _, v in inputs}
     source_of = {name: src for name, src, _ in inputs}
@@ -1001,7 +1001,7 @@ def _callers_in_slocs() -> Iterator[None]:
     from torch.fx.experimental.symbolic_shapes import ShapeEnv, uninteresting_files
     from torch.utils._traceback import format_frame
 
-    from guardsolve.guards.symbolic import _is_library_file
+    from guardsolve.guards.symbolic import is_library_file
 
     original = ShapeEnv._get_stack_summary
 
@@ -1021,9 +1021,9 @@ def _callers_in_slocs() -> Iterator[None]:
         try:
             stack = TracingContext.extract_stack()
             inner = stack[-1] if stack else None
-            user = next((f for f in reversed(stack) if not _is_library_file(f.filename)), None)
+            user = next((f for f in reversed(stack) if not is_library_file(f.filename)), None)
             if sloc.maybe_user_loc and inner is not None and user is not None and user is not inner \
-                    and _is_library_file(inner.filename) and format_frame(inner, line=True) == sloc.maybe_user_loc:
+                    and is_library_file(inner.filename) and format_frame(inner, line=True) == sloc.maybe_user_loc:
                 sloc = SLoc(sloc.framework_loc, f"{format_frame(user, line=True)}; via {sloc.maybe_user_loc}")
         except Exception:  # NOTE: an attribution only: Dynamo's own location stays
             pass
@@ -1177,12 +1177,12 @@ def _eager_failure(fn: Callable[..., Any], args: Sequence[Any]) -> Exception | N
     """Eager's own error for `fn(*args)` as a trace's (`errors.EagerError`: eager's type and
     message, the user's innermost line appended), or None when eager runs."""
     from guardsolve.errors import eager_error
-    from guardsolve.guards.symbolic import _is_library_file
+    from guardsolve.guards.symbolic import is_library_file
 
     try:
         fn(*args)
     except Exception as e:
-        frames = [f for f in traceback.extract_tb(e.__traceback__) if not _is_library_file(f.filename)]
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if not is_library_file(f.filename)]
         where = f" — {short_path(frames[-1].filename)}:{frames[-1].lineno}  {frames[-1].line}" if frames else ""
         return eager_error(e.with_traceback(None), where)
     return None

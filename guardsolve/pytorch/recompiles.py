@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from guardsolve.pytorch import dynamo as dyn
-from guardsolve.pytorch.compile import CompileExplainError, Frame, GuardSource, _inputs, explain_frame
+from guardsolve.pytorch.compile import CompileExplainError, Frame, GuardSource, frame_inputs, explain_frame
 from guardsolve.errors import GuardsolveError
 
 
@@ -59,7 +59,7 @@ class Call:
     def values(self) -> dict[str, Any]:
         """The frame's inputs as a user reads them: a tensor as its shape."""
         return {name: tuple(v.shape) if isinstance(v, torch.Tensor) else v
-                for name, _, v in _inputs(self.code, self.f_locals)}
+                for name, _, v in frame_inputs(self.code, self.f_locals)}
 
 
 @dataclass
@@ -320,7 +320,7 @@ def _target(call: Call) -> tuple[Callable[..., Any], list[Any], dict[str, Any]] 
         if star is not None:
             return owner, list(loc.get(star) or ()), dict(loc.get(stars) or {}) if stars else {}
         if code.co_name == "forward":
-            return owner, [v for _, _, v in _inputs(code, loc)], {}
+            return owner, [v for _, _, v in frame_inputs(code, loc)], {}
         return None
     if star is not None or stars is not None:
         return None
@@ -415,7 +415,7 @@ def _arg_names(call: Call) -> list[str]:
             return [p for p in inspect.signature(t[0].forward).parameters][:n]
         except (TypeError, ValueError):
             pass
-    return [name for name, _, _ in _inputs(call.code, call.f_locals)][:n] or [f"arg{i}" for i in range(n)]
+    return [name for name, _, _ in frame_inputs(call.code, call.f_locals)][:n] or [f"arg{i}" for i in range(n)]
 
 
 def _named(call: Call, dims: Sequence[tuple[int, int]]) -> tuple[tuple[str, int], ...]:

@@ -20,7 +20,7 @@ import math
 from typing import Mapping, Sequence
 
 from guardsolve.guards.expr import And, Atom, Const, Formula, Or, Poly, Rel, negate
-from guardsolve.solve.witness import Witnesses, _coefficient, _holds, poly_value
+from guardsolve.solve.witness import Witnesses, coefficient_at, holds_at, poly_value
 
 Linear = tuple[dict[str, int], int, str]  # sum(c*x) + k  op  0, op in {"le", "eq"}
 INF = math.inf
@@ -84,7 +84,7 @@ def _solving(f: Formula, d: str, point: dict) -> list[int]:
     if not isinstance(f, Rel):
         return []
     try:
-        c = _coefficient(f.poly, d, point)
+        c = coefficient_at(f.poly, d, point)
         if c is None:
             return []
         r = poly_value(f.poly, point) - c * point[d]
@@ -171,9 +171,9 @@ class Boxes:
         others = [j for j in active if j != i]
 
         def broken() -> list[int] | None:
-            if _holds(self.w.fns[i]) is not False or not all(_holds(fn) for _, fn in self.bg_fns):
+            if holds_at(self.w.fns[i]) is not False or not all(holds_at(fn) for _, fn in self.bg_fns):
                 return None
-            return [j for j in others if not _holds(self.w.fns[j])]
+            return [j for j in others if not holds_at(self.w.fns[j])]
 
         try:
             env.update({d: int(min(max(saved[d], lo[d]), hi[d])) for d in self.dims})  # type: ignore[call-overload]
@@ -212,14 +212,14 @@ class Boxes:
         try:
             for values in itertools.product(*(range(int(lo[d]), int(hi[d]) + 1) for d in boxed)):
                 env.update(zip(boxed, values))
-                held = [_holds(fn) for fn in checks]
+                held = [holds_at(fn) for fn in checks]
                 if None in held:
                     return None  # NOTE: a division by zero somewhere: leave it to z3
                 if not all(held):
                     continue
                 if not fails_i:
                     return None  # NOTE: a point of the others; whether `f` can fail there is open
-                f_here = _holds(self.w.fns[i])
+                f_here = holds_at(self.w.fns[i])
                 if f_here is None:
                     return None
                 if not f_here:
@@ -252,7 +252,7 @@ def holds_on_box(f: Formula, lo: Mapping[str, float], hi: Mapping[str, float]) -
         return any(holds_on_box(a, lo, hi) for a in f.args)
     if isinstance(f, And):
         return all(holds_on_box(a, lo, hi) for a in f.args)
-    a, b = _poly_range(f.poly, lo, hi)
+    a, b = poly_range(f.poly, lo, hi)
     if f.op == "le":
         return b <= 0
     if f.op == "eq":
@@ -269,27 +269,27 @@ def _times(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float
     return min(ends), max(ends)
 
 
-def _poly_range(p: Poly, lo: Mapping[str, float], hi: Mapping[str, float], memo: dict | None = None
+def poly_range(p: Poly, lo: Mapping[str, float], hi: Mapping[str, float], memo: dict | None = None
                 ) -> tuple[float, float]:
     """An interval holding `p` on the box; `memo` (one per box) keeps each division's."""
     total = (0.0, 0.0)
     for mono, c in p.terms:
         r: tuple[float, float] = (1, 1)
         for atom in mono:
-            r = _times(r, _atom_range(atom, lo, hi, memo))
+            r = _times(r, atom_range(atom, lo, hi, memo))
         r = _times(r, (c, c))
         total = (total[0] + r[0], total[1] + r[1])
     return total
 
 
-def _atom_range(atom: Atom, lo: Mapping[str, float], hi: Mapping[str, float], memo: dict | None = None
+def atom_range(atom: Atom, lo: Mapping[str, float], hi: Mapping[str, float], memo: dict | None = None
                 ) -> tuple[float, float]:
     if isinstance(atom, str):
         return lo.get(atom, -INF), hi.get(atom, INF)
     if memo is not None and atom in memo:
         return memo[atom]
-    n0, n1 = _poly_range(atom.num, lo, hi, memo)
-    d0, d1 = _poly_range(atom.den, lo, hi, memo)
+    n0, n1 = poly_range(atom.num, lo, hi, memo)
+    d0, d1 = poly_range(atom.den, lo, hi, memo)
     if d0 < 1 or n0 < 0:
         out = (-INF, INF)  # NOTE: only nonnegative numerators over positive divisors
     elif atom.kind == "mod":

@@ -84,11 +84,11 @@ class Constraint:
         if len(self.text) <= width or not isinstance(f, Or) or len(f.args) < 3:
             return [self.text]
         order = DimOrder(list(self.dims))
-        rows = sorted(_row(getattr(a, "args", [a]), order) for a in f.args)
+        rows = sorted(row_text(getattr(a, "args", [a]), order) for a in f.args)
         return [f"one of {len(rows)}:"] + [f"    {r}" for r in rows]
 
 
-def _row(parts: Iterable[Formula], order: DimOrder) -> str:
+def row_text(parts: Iterable[Formula], order: DimOrder) -> str:
     """One route of a `one of` guard: its equalities of dims as chains (`a0 == b0 == c0`, as
     Python reads it), then the rest, comma-separated."""
     parent: dict[str, str] = {}

@@ -47,7 +47,7 @@ class Certificate:
         return "\n".join(lines)
 
 
-def _has_division(c: Constraint) -> bool:
+def has_division(c: Constraint) -> bool:
     def walk(f: Any) -> bool:
         if hasattr(f, "args"):
             return any(walk(a) for a in f.args)
@@ -93,7 +93,7 @@ class GuardSet:
         self.value_guards = tuple(value_guards)
         self._printed: dict[str, Any] | None = None
         texts = [c.text for c in self.constraints]
-        divides = any(_has_division(c) for c in self.constraints)
+        divides = any(has_division(c) for c in self.constraints)
         self._dims_src = check_dims_source(texts, self.dims, divides)
         self._src = (check_source(texts, self.signature, divides, [g.source for g in self.static], self.params)
                      if self.signature is not None else None)
@@ -106,7 +106,8 @@ class GuardSet:
         return compile_function(self._dims_src, "check_dims")
 
     @functools.cached_property
-    def _check(self) -> Callable[..., bool] | None:
+    def entry_check(self) -> Callable[..., bool] | None:
+        """The compiled check of every guard, static and size (None where the set has none)."""
         return compile_function(self._src, "check", self._bound) if self._src is not None else None
 
     def with_static(self, static: Sequence[StaticGuard], params: Sequence[str] | None = None) -> "GuardSet":
@@ -211,7 +212,7 @@ class GuardSet:
         # NOTE: `source()` with a first statement that turns a call with other arguments
         # into `_arity`'s InputMismatchError
         texts = [c.text for c in self.constraints]
-        src = check_source(texts, self.signature, any(_has_division(c) for c in self.constraints),
+        src = check_source(texts, self.signature, any(has_division(c) for c in self.constraints),
                            [g.source for g in self.static], self.params, arity=True)
         return compile_function(src, "check", self._bound)
 

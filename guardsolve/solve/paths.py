@@ -157,7 +157,7 @@ class Exploration:
                    f"{self.left} queued point{'' if self.left == 1 else 's'} unexplored" if self.left else ""))
 
 
-def _classes(base: Any) -> list[tuple[str, ...]]:
+def equal_classes(base: Any) -> list[tuple[str, ...]]:
     """Dims the base guards hold equal (`a0 == b0`), as classes of two or more."""
     parent: dict[str, str] = {d: d for d in base.dims}
 
@@ -178,7 +178,7 @@ def _classes(base: Any) -> list[tuple[str, ...]]:
     return [tuple(g) for g in groups.values() if len(g) > 1]
 
 
-def _resized(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+def resized(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     """`x` at another shape, its values taken (wrapping round) from `x`'s own, so that
     indices stay in range; contiguous, with x's dtype, device and requires_grad; always a tensor
     of its own.
@@ -207,7 +207,7 @@ def _inputs_at(t: Any, point: Mapping[str, int]) -> tuple[Any, ...]:
     out: list[Any] = []
     for p, v in zip(t.signature, t.inputs):
         if p.kind == "tensor":
-            out.append(_resized(v, [point[d] for d in p.dims]))
+            out.append(resized(v, [point[d] for d in p.dims]))
         else:
             out.append(point[p.name])
     return tuple(out)
@@ -357,7 +357,7 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
     without its function (or a tensor trace `Graph`: a saved one) replays its own ops with
     PyTorch's shape rules instead (`explore_saved`)."""
     from guardsolve.trace.local import LocalReplay
-    from guardsolve.trace.tracer import _trace, difference
+    from guardsolve.trace.tracer import trace_once, difference
 
     out = Exploration()
     if t.fn is None or t.inputs is None:
@@ -394,7 +394,7 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
         # NOTE: the route differs: trace it whole, and compare with the identities set aside
         out.traces += 1
         try:
-            u = _trace(t.fn, _inputs_at(t, point), t.value_guards)
+            u = trace_once(t.fn, _inputs_at(t, point), t.value_guards)
         except Exception:
             return got
         g = same_but_identities(t, u, point)
@@ -413,7 +413,7 @@ def explore(t: Any, base: Any, reduce: Callable[[Graph], Any], *, limit: int | N
                 return got
         out.traces += 1
         try:
-            u = _trace(t.fn, inputs, t.value_guards, expect=t.graph.nodes)
+            u = trace_once(t.fn, inputs, t.value_guards, expect=t.graph.nodes)
         except Exception as e:  # NOTE: any failure at the new sizes is a route not merged
             why = _why_not(e)
             prefix = getattr(e, "prefix_guards", None)
@@ -677,7 +677,7 @@ def _search(out: Exploration, example: dict[str, int], base: Any, probe: Callabl
         return out
     start = time.perf_counter()
     # NOTE: classes first: one probe moves every dim the guards hold equal
-    units = _classes(base) + [(d,) for d in example]
+    units = equal_classes(base) + [(d,) for d in example]
     # NOTE: first the other side of each decision of the example's path, nearest the example
     # (each minimal guard false alone, the others kept): a model traced at batch 2 is asked
     # batch 1 first, one traced at batch 1 batch 2; then each dim and class at 0 and 1

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import z3
 
 from guardsolve.guards.expr import TRUE, And, Const, Div, Formula, Or, Poly, Rel, atom_key, conj, disj, rel
-from guardsolve.solve.constraint import Constraint, DimOrder, _row, render_formula
+from guardsolve.solve.constraint import Constraint, DimOrder, row_text, render_formula
 from guardsolve.solve.smt import RLIMIT_PER_MS, formula_to_z3, limit, z3_vars
 from guardsolve.solve.witness import poly_value
 
@@ -99,7 +99,7 @@ def _poly_divs(p: Poly) -> Iterable[Div]:
                 yield from _poly_divs(a.den)
 
 
-def _constant_divisors(f: Formula) -> list[int] | None:
+def constant_divisors(f: Formula) -> list[int] | None:
     """The divisors of `f`, when every one is a positive constant; else None."""
     out = []
     for d in _divs(f):
@@ -109,7 +109,7 @@ def _constant_divisors(f: Formula) -> list[int] | None:
     return out
 
 
-def _divisions(f: Formula) -> bool:
+def has_divisions(f: Formula) -> bool:
     return next(iter(_divs(f)), None) is not None
 
 
@@ -138,11 +138,11 @@ def truth_table(f: Formula, x: str, span: int) -> list[bool]:
     >>> truth_table(rel("eq", Poly.var(Div("mod", Poly.var("x"), Poly.const(3))), Poly.const(0)), "x", 7)
     [True, False, False, True, False, False, True]
     """
-    from guardsolve.solve.witness import _source
+    from guardsolve.solve.witness import formula_source
 
     if isinstance(f, Const):
         return [f.value] * span
-    fn = eval(compile(f"lambda {x}: ({_source(f, {x: x})})", "<readable>", "eval"),  # noqa: S307 - our own source
+    fn = eval(compile(f"lambda {x}: ({formula_source(f, {x: x})})", "<readable>", "eval"),  # noqa: S307 - our own source
               {"__builtins__": {}})
     out = []
     for v in range(span):
@@ -256,7 +256,7 @@ def _constants(f: Formula) -> int:
     return best
 
 
-def _one_dim(f: Formula, x: str, divisors: Sequence[int]) -> list[tuple[Formula, str]]:
+def one_dim_forms(f: Formula, x: str, divisors: Sequence[int]) -> list[tuple[Formula, str]]:
     """Candidate meanings of a one-dim constraint over a size `x`: ranges, an exclusion, a
     residue. Sizes the other guards exclude are not known here, so each candidate reads the
     truth from some size on; the caller proves which hold under the other guards."""
@@ -422,11 +422,11 @@ def _candidates(f: Formula, sizes: set[str], order: DimOrder,
     by zero). A constraint with a divisor that varies (`x2 % (x2 // 2)`) is read off one dim by
     its values too, and z3 proves the form under the other guards, which hold its divisors
     non-zero (the divisions' own guards are among them, kept or implied)."""
-    divisors = _constant_divisors(f)
+    divisors = constant_divisors(f)
     out: list[tuple[Formula, str]] = []
     dims = sorted(f.dims(), key=order.key)
     if len(dims) == 1 and dims[0] in sizes:
-        out += _one_dim(f, dims[0], divisors if divisors is not None else _variable_divisors(f))
+        out += one_dim_forms(f, dims[0], divisors if divisors is not None else _variable_divisors(f))
     if divisors is None and not isinstance(f, (Or, And)):
         return out
     if isinstance(f, (Or, And)):
@@ -491,7 +491,7 @@ def readable(constraints: Sequence[Constraint], sizes: Iterable[str], dims: Sequ
     sizes = set(sizes)
     work = Work()
     out = many_routes(list(constraints), sizes, dims, example, timeout_ms)
-    todo = [i for i, c in enumerate(out) if c.kind == "general" and _divisions(c.formula)]
+    todo = [i for i, c in enumerate(out) if c.kind == "general" and has_divisions(c.formula)]
     if len(todo) > MAX_REWRITES:
         return out  # NOTE: a large generated guard set: its forms are the solver's (read by programs)
     constraints = list(out)
@@ -513,7 +513,7 @@ def _one_per_dim(constraints: list[Constraint], sizes: set[str], dims: Sequence[
     `20 <= x <= 35`, `x % 16 <= 3` and `x % 4 == 0` are `x == 32`."""
     groups: dict[str, list[int]] = {}
     for i, c in enumerate(constraints):
-        if len(c.dims) == 1 and c.dims[0] in sizes and _constant_divisors(c.formula) is not None:
+        if len(c.dims) == 1 and c.dims[0] in sizes and constant_divisors(c.formula) is not None:
             groups.setdefault(c.dims[0], []).append(i)
     out: list[Constraint | None] = list(constraints)
     for d, members in groups.items():
@@ -521,10 +521,10 @@ def _one_per_dim(constraints: list[Constraint], sizes: set[str], dims: Sequence[
         if len(members) < 2 or work.over() or all(constraints[i].kind != "general" for i in members):
             continue
         together = conj(constraints[i].formula for i in members)
-        divisors = _constant_divisors(together) or []
+        divisors = constant_divisors(together) or []
         others = [c.formula for j, c in enumerate(constraints) if j not in members and d in c.dims]
         found = None
-        for g, text in sorted(_one_dim(together, d, divisors), key=lambda ft: len(ft[1])):
+        for g, text in sorted(one_dim_forms(together, d, divisors), key=lambda ft: len(ft[1])):
             # NOTE: equal at every size is equal under the others too: decided without z3 where
             # both are linear in d's divisions (`periodic_equal`)
             if periodic_equal(together, g, d) or readable_proves(together, g, sizes, dims, others, timeout_ms,
@@ -709,7 +709,7 @@ def _shown(c: Constraint, example: Mapping[str, int] | None, order: DimOrder) ->
     at = [a for a in routes if example is not None and set(a.dims()) <= set(example) and holds(a, dict(example))]
     first = (at or routes)[0]
     head = f"one of {len(routes)} routes over {', '.join(c.dims)}; " + ("the example's:" if at else "the shortest:")
-    return replace(c, shown=(head, f"    {_row(getattr(first, 'args', [first]), order)}",
+    return replace(c, shown=(head, f"    {row_text(getattr(first, 'args', [first]), order)}",
                              f"    (or one of {len(routes) - 1} more: explain(verbose=True) lists them)"))
 
 

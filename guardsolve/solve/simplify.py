@@ -263,7 +263,7 @@ class Simplifier:
         """A one-dim atom over a size whose divisions are by constants, as what it means (a
         bound, a range, a residue: `solve.readable`), proven equal for every size by z3; a
         bound then joins the ordering layer instead of reaching the solver."""
-        from guardsolve.solve.readable import _constant_divisors, _divisions as _constant_divisors_in, _one_dim
+        from guardsolve.solve.readable import constant_divisors, has_divisions as _constant_divisors_in, one_dim_forms
         import z3
 
         from guardsolve.solve.readable import periodic_equal, readable_proves
@@ -278,13 +278,13 @@ class Simplifier:
                 continue
             if f not in memo:
                 memo[f] = f
-                divisors = _constant_divisors(f)
+                divisors = constant_divisors(f)
                 if divisors:
                     (d,) = dims
                     # NOTE: linear forms only (bounds, ranges, one value): those leave z3 for the
                     # ordering layer; a residue stays as it came (rewriting one residue form into
                     # another would go round forever)
-                    linear = [(g, t) for g, t in _one_dim(f, d, divisors) if not _constant_divisors_in(g)]
+                    linear = [(g, t) for g, t in one_dim_forms(f, d, divisors) if not _constant_divisors_in(g)]
                     for g, _ in sorted(linear, key=lambda ft: len(ft[1])):
                         # NOTE: decided exactly by evaluation where both are linear in d's
                         # divisions (`periodic_equal`); z3 proves the rest (one context, made
@@ -343,7 +343,7 @@ class Simplifier:
         `(u*v) // u` -> `v`, `(a*b + a + b + 1) // (a + 1)` -> `b + 1`): a dim by the ordering
         layer, a division term or a polynomial by interval arithmetic over the dims' bounds
         (`bounded`)."""
-        from guardsolve.solve.bounded import _atom_range, _poly_range
+        from guardsolve.solve.bounded import atom_range, poly_range
 
         lo, hi = self._bounds(res)
         ranges: dict = {}  # NOTE: each division's interval on this round's box, computed once
@@ -354,7 +354,7 @@ class Simplifier:
             if not a.dims() <= set(lo):
                 return False
             try:
-                return (_poly_range(a, lo, hi, ranges) if isinstance(a, Poly) else _atom_range(a, lo, hi, ranges))[0] >= 1
+                return (poly_range(a, lo, hi, ranges) if isinstance(a, Poly) else atom_range(a, lo, hi, ranges))[0] >= 1
             except (ZeroDivisionError, OverflowError, ValueError):
                 return False
 
@@ -766,12 +766,12 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
         # (`x >= 2`) where one is found: the same set of inputs, so the same disjunction.
         from dataclasses import replace
 
-        from guardsolve.solve.guardset import _has_division
+        from guardsolve.solve.guardset import has_division
 
         def plain(gs: GuardSet) -> GuardSet:
-            return readable_guards(gs, timeout_ms) if any(_has_division(c) for c in gs.constraints) else gs
+            return readable_guards(gs, timeout_ms) if any(has_division(c) for c in gs.constraints) else gs
 
-        if any(_has_division(c) for g in [base] + [p.guards for p in ex.paths] for c in g.constraints):
+        if any(has_division(c) for g in [base] + [p.guards for p in ex.paths] for c in g.constraints):
             base = plain(base)
             ex.paths = [replace(p, guards=plain(p.guards)) for p in ex.paths]
             constraints, merged, failed = merge(base, ex.paths)

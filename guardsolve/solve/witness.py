@@ -25,7 +25,7 @@ from guardsolve.guards.expr import And, Div, Formula, Or, Poly, Rel, negate, rel
 from guardsolve.solve.constraint import DimOrder, render_formula
 
 
-def _holds(fn: Callable[[], object]) -> bool | None:
+def holds_at(fn: Callable[[], object]) -> bool | None:
     """A compiled formula's truth at the current point; None where it divides by zero."""
     try:
         return bool(fn())
@@ -47,7 +47,7 @@ def poly_value(p: Poly, point: Mapping[str, int]) -> int:
     return total
 
 
-def _coefficient(p: Poly, d: str, point: Mapping[str, int]) -> int | None:
+def coefficient_at(p: Poly, d: str, point: Mapping[str, int]) -> int | None:
     """c when `p` is `c*d + (terms without d)` at `point`; None when d occurs otherwise."""
     c = 0
     for m, k in p.terms:
@@ -88,7 +88,7 @@ def _boundary(f: Formula, d: str, point: Mapping[str, int]) -> Iterator[int]:
     if not isinstance(f, Rel):
         return
     try:
-        c = _coefficient(f.poly, d, point)
+        c = coefficient_at(f.poly, d, point)
         if c is None:
             return
         r = poly_value(f.poly, point) - c * point[d]
@@ -119,7 +119,7 @@ def _poly_source(p: Poly, name: Mapping[str, str]) -> str:
     return " + ".join(sorted(terms)) or "0"
 
 
-def _source(f: Formula, name: Mapping[str, str]) -> str:
+def formula_source(f: Formula, name: Mapping[str, str]) -> str:
     """Python source of a formula, for `eval`: a comparison built directly (a sum evaluates every
     term, so the order of terms cannot change a result or a ZeroDivisionError), with dims renamed
     by `name`; `and`/`or`, whose operands short-circuit, as `render_formula` orders them (dims
@@ -138,7 +138,7 @@ def _lambdas(formulas: Sequence[Formula], env: dict[str, object], codes: dict[st
     shape is compiled once (`codes`) and given its own dims by renaming the code's globals.
     """
     names = [sorted(f.dims()) for f in formulas]
-    shapes = [_source(f, {d: f"_{k}" for k, d in enumerate(ds)}) for f, ds in zip(formulas, names)]
+    shapes = [formula_source(f, {d: f"_{k}" for k, d in enumerate(ds)}) for f, ds in zip(formulas, names)]
     missing = sorted({s for s in shapes if s not in codes})
     if missing:
         made = eval(compile("(" + ", ".join(f"lambda: ({s})" for s in missing) + ",)", "<witness>", "eval"),
@@ -176,7 +176,7 @@ class Witnesses:
         if any(v < 0 and d in sizes for d, v in point.items()):
             return None
         w = cls(formulas, extra, sizes, point, spread=False, codes=codes)
-        if not all(_holds(fn) for fn in w.fns) or not all(_holds(fn) for fns in w.extra.values() for fn in fns):
+        if not all(holds_at(fn) for fn in w.fns) or not all(holds_at(fn) for fns in w.extra.values() for fn in fns):
             return None
         w._spread()
         return w
@@ -209,7 +209,7 @@ class Witnesses:
 
     def _others_hold(self, d: str, skip: int, active: set[int] | None) -> bool:
         """Do the formulas over `d` (in `active`, but not `skip`) and the extras hold here?"""
-        # NOTE: `_holds` inlined: this is the witness search's innermost loop
+        # NOTE: `holds_at` inlined: this is the witness search's innermost loop
         fns = self.fns
         try:
             for j in self.users.get(d, ()):
@@ -268,7 +268,7 @@ class Witnesses:
         """Active formulas over `d` (not `skip`) false here; None if an extra fails or one divides by 0."""
         out = []
         fns = self.fns
-        try:  # NOTE: `_holds` inlined, as in `_others_hold`
+        try:  # NOTE: `holds_at` inlined, as in `_others_hold`
             for j in self.users.get(d, ()):
                 if j != skip and j in active and not fns[j]():
                     out.append(j)
@@ -291,7 +291,7 @@ class Witnesses:
                 if v == here or (v < 0 and e in self.sizes):
                     continue
                 env[e] = v
-                if _holds(self.fns[i]) is False and self._others_hold(e, i, active) and \
+                if holds_at(self.fns[i]) is False and self._others_hold(e, i, active) and \
                         self._others_hold(d, i, active):
                     return True
             env[e] = here
@@ -306,7 +306,7 @@ class Witnesses:
                 here = env[d]
                 for v in self._candidates(i, d):
                     env[d] = v
-                    if _holds(self.fns[i]) is not False:
+                    if holds_at(self.fns[i]) is not False:
                         continue
                     broken = self._broken(d, i, active)
                     if broken == []:
@@ -346,7 +346,7 @@ class Witnesses:
                         if vd < 0 and d in sizes:
                             continue
                         env[d] = vd
-                        if _holds(self.fns[i]) is False and self._others_hold(e, i, active) and \
+                        if holds_at(self.fns[i]) is False and self._others_hold(e, i, active) and \
                                 self._others_hold(d, i, active):
                             return True
                     env[d] = here_d
@@ -374,7 +374,7 @@ def flip_points(formulas: Sequence[Formula], sizes: set[str], example: Mapping[s
     # NOTE: not `at`: its spread moves every dim away from the example, and a flip is a
     # move of the dims the decision reads, nearest the example
     w = Witnesses(formulas, [], sizes, example, spread=False)
-    if not all(_holds(fn) for fn in w.fns):
+    if not all(holds_at(fn) for fn in w.fns):
         return []
     active = set(range(len(formulas)))
     out: list[dict[str, int]] = []

@@ -84,11 +84,11 @@ def candidates(t: Any) -> list[Identity]:
 
 def holding(ids: list[Identity], env: Mapping[str, Any]) -> list[Identity]:
     """The identities whose sizes are equal in `env` (values of the recorded guard graph)."""
-    from guardsolve.trace.local import _UNKNOWN
+    from guardsolve.trace.local import UNKNOWN
 
     def value(x: Any) -> Any:
-        v = x if isinstance(x, int) else env.get(x, _UNKNOWN)
-        return None if v is _UNKNOWN else v
+        v = x if isinstance(x, int) else env.get(x, UNKNOWN)
+        return None if v is UNKNOWN else v
 
     return [i for i in ids if all(value(a) is not None and value(a) == value(b) for a, b in i.equal)]
 

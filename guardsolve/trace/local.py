@@ -43,12 +43,12 @@ from guardsolve.ir.flat import flatten, unflatten
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Op
-from guardsolve.guards.rules import RuleCache, _sym
+from guardsolve.guards.rules import RuleCache, sym_of
 from guardsolve.guards.symbolic import Recorder, SymGuard
-from guardsolve.trace.tensor import Call, _presents_as_tracing
+from guardsolve.trace.tensor import Call, PresentsAsTracing
 from guardsolve.trace.why import Why
 
-_UNKNOWN = object()  # a value the guard graph cannot give at these sizes (a zero divisor, data)
+UNKNOWN = object()  # a value the guard graph cannot give at these sizes (a zero divisor, data)
 _DIMS = frozenset({Op.INT_PLACEHOLDER, Op.INT_ARG})
 
 
@@ -83,7 +83,7 @@ class Recorded:
 
 
 def values_at(nodes: list[Any], point: Mapping[str, int]) -> dict[str, Any]:
-    """Every int and bool of a recorded guard graph's `nodes` at input dims `point` (`_UNKNOWN`
+    """Every int and bool of a recorded guard graph's `nodes` at input dims `point` (`UNKNOWN`
     where it has none: a dim not given, a zero divisor, data)."""
     env: dict[str, Any] = {}
     for n in nodes:
@@ -92,17 +92,17 @@ def values_at(nodes: list[Any], point: Mapping[str, int]) -> dict[str, Any]:
             continue
         out = n.outputs[0]
         if op in _DIMS:
-            env[out] = point.get(n.params["name"], _UNKNOWN)
+            env[out] = point.get(n.params["name"], UNKNOWN)
             continue
         rule = INT_RULES.get(op)
-        args = [env.get(i, _UNKNOWN) for i in n.inputs]
-        if rule is None or any(a is _UNKNOWN for a in args):
-            env[out] = _UNKNOWN
+        args = [env.get(i, UNKNOWN) for i in n.inputs]
+        if rule is None or any(a is UNKNOWN for a in args):
+            env[out] = UNKNOWN
             continue
         try:
             env[out] = rule(*args, **n.params)
         except (ArithmeticError, TypeError, ValueError):
-            env[out] = _UNKNOWN
+            env[out] = UNKNOWN
     return env
 
 
@@ -160,7 +160,7 @@ class LocalReplay:
     # -- values at other sizes ----------------------------------------------------------------
 
     def values(self, point: Mapping[str, int]) -> dict[str, Any]:
-        """Every int and bool of the recorded guard graph at `point` (`_UNKNOWN` where it has none)."""
+        """Every int and bool of the recorded guard graph at `point` (`UNKNOWN` where it has none)."""
         return values_at(self.recorded.nodes, point)
 
     # -- one probe ------------------------------------------------------------------------------
@@ -180,8 +180,8 @@ class LocalReplay:
         env = self.values(point)
 
         def holds(q: tuple[str, bool]) -> bool:
-            v = env.get(q[0], _UNKNOWN)
-            return v is not _UNKNOWN and bool(v) == q[1]
+            v = env.get(q[0], UNKNOWN)
+            return v is not UNKNOWN and bool(v) == q[1]
 
         if not all(map(holds, self.orphans)):
             return self._decline("a decision no call made is answered otherwise")
@@ -245,7 +245,7 @@ class LocalReplay:
                 try:
                     # NOTE: as the trace ran it: below autograd, so a CompositeImplicit op reaches
                     # its rule whole (above, `lstm`'s parts decompose on their own and pin sizes)
-                    with _presents_as_tracing(), torch._C._AutoDispatchBelowAutograd():
+                    with PresentsAsTracing(), torch._C._AutoDispatchBelowAutograd():
                         out = rec.rules(c.func, args, kwargs)
                 except GuardsolveError as e:
                     return self._decline(f"{qualified_name(c.func)}: {e}")
@@ -312,8 +312,8 @@ class LocalReplay:
         env = self.values(point)
 
         def holds(q: tuple[str, bool]) -> bool:
-            v = env.get(q[0], _UNKNOWN)
-            return v is not _UNKNOWN and bool(v) == q[1]
+            v = env.get(q[0], UNKNOWN)
+            return v is not UNKNOWN and bool(v) == q[1]
 
         rec = self._recorder(point)
         idle: list[int] = []
@@ -325,7 +325,7 @@ class LocalReplay:
                     made: dict[str, Any] = {}
                     args, kwargs = unflatten([_rehinted(rec, env, made, x) for x in c.flat], c.spec)
                     rec.loc, rec.op = c.loc, c.func
-                    with _presents_as_tracing(), torch._C._AutoDispatchBelowAutograd():
+                    with PresentsAsTracing(), torch._C._AutoDispatchBelowAutograd():
                         out = rec.rules(c.func, args, kwargs)
                 except Exception:  # NOTE: `_Cannot`, or a rule that rejects these sizes: it decides
                     continue
@@ -369,7 +369,7 @@ class LocalReplay:
                 return None
             args, kwargs = unflatten(flat, c.spec)
             try:
-                with _presents_as_tracing(), torch._C._AutoDispatchBelowAutograd():
+                with PresentsAsTracing(), torch._C._AutoDispatchBelowAutograd():
                     out = shape_rule(c.func, args, kwargs, None)
             except (GuardsolveError, NotImplementedError):
                 return None
@@ -464,10 +464,10 @@ class LocalReplay:
                 if not isinstance(r, torch.Tensor):
                     continue
                 want = [s.node.hint if replayed and isinstance(s, torch.SymInt)
-                        else env.get(s.node.g, _UNKNOWN) if isinstance(s, torch.SymInt) and not s.node.const
+                        else env.get(s.node.g, UNKNOWN) if isinstance(s, torch.SymInt) and not s.node.const
                         else int(s) for s in m.shape]
                 if r.dtype != m.dtype or len(want) != r.dim() or any(
-                        w is not _UNKNOWN and w != n for w, n in zip(want, r.shape)):
+                        w is not UNKNOWN and w != n for w, n in zip(want, r.shape)):
                     return False
         return True
 
@@ -524,7 +524,7 @@ def _concrete(env: Mapping[str, Any], x: Any) -> Any:
 
     def size(s: torch.SymInt) -> int:
         node = _node(s)
-        v = node.hint if node.const else env.get(node.g, _UNKNOWN)
+        v = node.hint if node.const else env.get(node.g, UNKNOWN)
         if not isinstance(v, int) or v < 0:
             raise _Cannot  # NOTE: unknown here, or a size the recorded route computes that has no meaning here
         return v
@@ -542,8 +542,8 @@ def _rehinted(rec: Recorder, env: Mapping[str, Any], made: dict[str, Any], x: An
             return node.hint
         got = made.get(node.g)
         if got is None:
-            v = env.get(node.g, _UNKNOWN)
-            if v is _UNKNOWN:
+            v = env.get(node.g, UNKNOWN)
+            if v is UNKNOWN:
                 raise _Cannot
             got = made[node.g] = torch.SymInt(SymGuard(rec, v, int, node.g))
         return got
@@ -558,7 +558,7 @@ def _rehinted(rec: Recorder, env: Mapping[str, Any], made: dict[str, Any], x: An
 def _unseen(func: Any, name: str, what: str, new: Any, old: Any, read: bool) -> str | None:
     """Why user code could tell `new` sizes (or strides) of tensor `name` from the trace's `old`
     ones, or None: they are the same, or user code does not `read` them."""
-    if tuple(map(_sym, new)) == tuple(map(_sym, old)):
+    if tuple(map(sym_of, new)) == tuple(map(sym_of, old)):
         return None
     # NOTE: a size computed from tensor data (`nonzero`'s) is another one in every run: a trace tells
     data = any(isinstance(v, torch.SymInt) and getattr(v.node, "data", None) is not None for v in (*new, *old))
@@ -577,14 +577,14 @@ def _same_meta(a: Any, b: Any) -> bool:
         if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
             if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
                 return False
-            kx = (tuple(map(_sym, x.shape)), tuple(map(_sym, x.stride())), _sym(x.storage_offset()), x.dtype)
-            ky = (tuple(map(_sym, y.shape)), tuple(map(_sym, y.stride())), _sym(y.storage_offset()), y.dtype)
+            kx = (tuple(map(sym_of, x.shape)), tuple(map(sym_of, x.stride())), sym_of(x.storage_offset()), x.dtype)
+            ky = (tuple(map(sym_of, y.shape)), tuple(map(sym_of, y.stride())), sym_of(y.storage_offset()), y.dtype)
             if kx != ky or None in kx[0] or None in kx[1] or kx[2] is None:
                 return False
         elif isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat)) or \
                 isinstance(y, (torch.SymInt, torch.SymBool, torch.SymFloat)):
-            vx = _sym(x) if isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat)) else x
-            vy = _sym(y) if isinstance(y, (torch.SymInt, torch.SymBool, torch.SymFloat)) else y
+            vx = sym_of(x) if isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat)) else x
+            vy = sym_of(y) if isinstance(y, (torch.SymInt, torch.SymBool, torch.SymFloat)) else y
             if vx is None or vx != vy:
                 return False
         elif type(x) is not type(y) or x != y:

@@ -32,7 +32,7 @@ from guardsolve.ir.graph import Graph
 from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Op
 
-_INT_EXPR: Mapping[Op, str] = {
+INT_EXPR: Mapping[Op, str] = {
     Op.INT_ADD: "{0} + {1}", Op.INT_SUB: "{0} - {1}", Op.INT_MUL: "{0} * {1}", Op.INT_FLOORDIV: "{0} // {1}",
     Op.INT_MOD: "{0} % {1}", Op.INT_EQ: "{0} == {1}", Op.INT_NE: "{0} != {1}", Op.INT_LT: "{0} < {1}",
     Op.INT_LE: "{0} <= {1}", Op.INT_GT: "{0} > {1}", Op.INT_GE: "{0} >= {1}", Op.BOOL_NOT: "not {0}",
@@ -42,10 +42,10 @@ _INT_EXPR: Mapping[Op, str] = {
 }
 
 
-_METADATA = frozenset({Op.VAR_SIZE, Op.VAR_STRIDE, Op.VAR_STORAGE_OFFSET})
+METADATA_OPS = frozenset({Op.VAR_SIZE, Op.VAR_STRIDE, Op.VAR_STORAGE_OFFSET})
 
 
-def _live(graph: Graph, roots: set[str], keep: set[int]) -> set[str]:
+def live_names(graph: Graph, roots: set[str], keep: set[int]) -> set[str]:
     """Names needed by tensor ops, kept bailouts and the output."""
     need = set(roots)
     for i in range(len(graph.nodes) - 1, -1, -1):
@@ -55,34 +55,34 @@ def _live(graph: Graph, roots: set[str], keep: set[int]) -> set[str]:
     return need
 
 
-def _refs(spec: Any) -> set[str]:
+def spec_refs(spec: Any) -> set[str]:
     from guardsolve.trace.tracer import Ref
 
     if isinstance(spec, Ref):
         return {spec.name}
     if isinstance(spec, (tuple, list)):
-        return set().union(*(_refs(x) for x in spec)) if spec else set()
+        return set().union(*(spec_refs(x) for x in spec)) if spec else set()
     if isinstance(spec, dict):
-        return set().union(*(_refs(x) for x in spec.values())) if spec else set()
+        return set().union(*(spec_refs(x) for x in spec.values())) if spec else set()
     return set()
 
 
-def _spec_source(spec: Any, consts: dict[str, Any]) -> str:
+def spec_source(spec: Any, consts: dict[str, Any]) -> str:
     from guardsolve.trace.tracer import Ref
 
     if isinstance(spec, Ref):
         return spec.name
     if isinstance(spec, tuple):
-        items = "(" + "".join(_spec_source(x, consts) + ", " for x in spec) + ")"
+        items = "(" + "".join(spec_source(x, consts) + ", " for x in spec) + ")"
         if type(spec) is tuple:
             return items
         # NOTE: the output keeps its type: a namedtuple, or a torch.return_types structseq
         kind = _const(type(spec), consts)
         return f"{kind}(*{items})" if hasattr(type(spec), "_fields") else f"{kind}({items})"
     if isinstance(spec, list):
-        return "[" + ", ".join(_spec_source(x, consts) for x in spec) + "]"
+        return "[" + ", ".join(spec_source(x, consts) for x in spec) + "]"
     if isinstance(spec, dict):
-        items = "{" + ", ".join(f"{k!r}: {_spec_source(x, consts)}" for k, x in spec.items()) + "}"
+        items = "{" + ", ".join(f"{k!r}: {spec_source(x, consts)}" for k, x in spec.items()) + "}"
         # NOTE: a dict subclass (transformers' ModelOutput) is rebuilt by keyword
         return items if type(spec) is dict else f"{_const(type(spec), consts)}(**{items})"
     return _const(spec, consts)
@@ -94,10 +94,10 @@ def _const(value: Any, consts: dict[str, Any]) -> str:
     return name
 
 
-def _lines(graph: Graph, out_spec: Any) -> tuple[list[str], dict[str, Any]]:
+def replay_lines(graph: Graph, out_spec: Any) -> tuple[list[str], dict[str, Any]]:
     values = value_bailouts(graph)
-    tensors = {i for i, n in enumerate(graph.nodes) if n.op in TENSOR_RULES and n.op not in _METADATA}
-    need = _live(graph, _refs(out_spec), values | tensors)
+    tensors = {i for i, n in enumerate(graph.nodes) if n.op in TENSOR_RULES and n.op not in METADATA_OPS}
+    need = live_names(graph, spec_refs(out_spec), values | tensors)
     ns: dict[str, Any] = {}
     body: list[str] = []
     for i, n in enumerate(graph.nodes):
@@ -111,12 +111,12 @@ def _lines(graph: Graph, out_spec: Any) -> tuple[list[str], dict[str, Any]]:
         if not n.outputs or (i not in tensors and n.outputs[0] not in need):
             continue
         out = n.outputs[0]
-        if n.op in _INT_EXPR:
-            body.append(f"{out} = " + _INT_EXPR[n.op].format(*n.inputs, **n.params))
+        if n.op in INT_EXPR:
+            body.append(f"{out} = " + INT_EXPR[n.op].format(*n.inputs, **n.params))
         elif n.op is Op.SIZE_CTOR:
             body.append(f"{out} = (" + "".join(f"{x}, " for x in n.inputs) + ")")
         elif n.op is Op.ATEN:
-            direct = _direct_call(n, ns)
+            direct = direct_call(n, ns)
             if direct is not None:
                 body.append(direct)
             else:
@@ -125,11 +125,11 @@ def _lines(graph: Graph, out_spec: Any) -> tuple[list[str], dict[str, Any]]:
         else:
             ns[f"k_{out}"] = partial(TENSOR_RULES[n.op], **n.params) if n.params else TENSOR_RULES[n.op]
             body.append(f"{out} = k_{out}({', '.join(n.inputs)})")
-    body.append(f"return {_spec_source(out_spec, ns)}")
+    body.append(f"return {spec_source(out_spec, ns)}")
     return body, ns
 
 
-def _direct_call(n: Node, ns: dict[str, Any]) -> str | None:
+def direct_call(n: Node, ns: dict[str, Any]) -> str | None:
     """`v3 = k_v3(v1, [i2, -1], dim=0)` calling the op's C++ entry point, when the op returns
     exactly the tensors the node names (one `Tensor`, or a tuple of `Tensor`s); else None."""
     func = resolve(str(n.params["fn"]))
@@ -163,14 +163,14 @@ def _fail(node: Node) -> None:
 
 def replay_source(graph: Graph, out_spec: Any) -> str:
     params = [n.params["name"] for n in graph.placeholders()]
-    body, _ = _lines(graph, out_spec)
+    body, _ = replay_lines(graph, out_spec)
     return "\n".join([f"def replay({', '.join(params)}):"] + [f"    {b}" for b in body])
 
 
 def compile_replay(graph: Graph, out_spec: Any, constants: Mapping[str, Any]) -> Callable[..., Any]:
     """A Python function running the trace on new inputs (its parameters: the trace's inputs)."""
     params = [n.params["name"] for n in graph.placeholders()]
-    body, ns = _lines(graph, out_spec)
+    body, ns = replay_lines(graph, out_spec)
     src = "\n".join([f"def replay({', '.join(params)}):"] + [f"    {b}" for b in body])
     ns.update(constants)
     exec(compile(src, "<guardsolve replay>", "exec"), ns)

@@ -543,7 +543,7 @@ class Leaf:
         raise AssertionError(self.kind)
 
 
-def _tensor_meta(t: torch.Tensor) -> tuple[Any, ...]:
+def tensor_meta(t: torch.Tensor) -> tuple[Any, ...]:
     strided = t.layout is torch.strided
     return (type(t), t.dtype, t.device, t.layout, tuple(t.shape), tuple(t.stride()) if strided else None,
             t.requires_grad)
@@ -682,7 +682,7 @@ class StateCheck:
                 cur = get()
             except Exception:
                 return False
-            if not _same(leaf, cur):
+            if not leaf_matches(leaf, cur):
                 return False
             now.append(cur)
         if self._untied(now) is not None:
@@ -693,7 +693,7 @@ class StateCheck:
                 if leaf.kind in ("value", "tensor") and cur is not leaf.expect:
                     leaf.expect = cur
                     if leaf.kind == "tensor":
-                        leaf.meta = _tensor_meta(cur)
+                        leaf.meta = tensor_meta(cur)
                     changed[i] = cur
                 elif leaf.kind == "tensor" and _has_ptr(cur) and _ptr(cur) != leaf.ptr:
                     changed[i] = cur  # NOTE: the same object, its storage replaced (`.data =`)
@@ -713,7 +713,7 @@ class StateCheck:
                 cur = get()
             except Exception as e:
                 return f"{leaf.line()} failed ({type(e).__name__}: {e})"
-            if not _same(leaf, cur):
+            if not leaf_matches(leaf, cur):
                 return f"{leaf.line()} failed (found {_show(leaf, cur)})"
             now.append(cur)
         return self._untied(now)
@@ -751,13 +751,13 @@ def _machinery(leaf: Leaf) -> bool:
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules")
 
 
-def _same(leaf: Leaf, cur: Any) -> bool:
+def leaf_matches(leaf: Leaf, cur: Any) -> bool:
     match leaf.kind:
         case "value":
             return cur is leaf.expect or (_is_static(cur) and value_key(cur) == leaf.meta)
         case "tensor":
             # NOTE: metadata even for the same object: `requires_grad_()`, `.data =` change it in place
-            return isinstance(cur, torch.Tensor) and _tensor_meta(cur) == leaf.meta
+            return isinstance(cur, torch.Tensor) and tensor_meta(cur) == leaf.meta
         case "object":
             return cur is leaf.expect
         case "length":
@@ -767,7 +767,7 @@ def _same(leaf: Leaf, cur: Any) -> bool:
     raise AssertionError(leaf.kind)
 
 
-# NOTE: the fields of `_tensor_meta` a miss names when they changed (None: shown already)
+# NOTE: the fields of `tensor_meta` a miss names when they changed (None: shown already)
 _TENSOR_FIELDS = ("type", None, "device", "layout", None, "strides", None)
 
 
@@ -778,7 +778,7 @@ def _short(v: Any) -> str:
 def _show(leaf: Leaf, cur: Any) -> str:
     match leaf.kind:
         case "tensor" if isinstance(cur, torch.Tensor):
-            now = _tensor_meta(cur)
+            now = tensor_meta(cur)
             _, dt, _, _, shape, _, rg = now
             text = f"a {str(dt).removeprefix('torch.')} tensor {list(shape)}, requires_grad={rg}"
             # NOTE: what the words above do not show (its type, device, layout, strides), where it changed
@@ -827,7 +827,7 @@ class _Builder:
         leaves = self.leaves
         if isinstance(v, torch.Tensor):
             self.tensors.setdefault(id(v), len(leaves))
-            leaves.append(Leaf(where, owner, key, "tensor", v, _tensor_meta(v)))
+            leaves.append(Leaf(where, owner, key, "tensor", v, tensor_meta(v)))
             return
         if _is_static(v):
             leaves.append(Leaf(where, owner, key, "value", v, value_key(v)))

@@ -658,7 +658,7 @@ class TracingMode(TorchDispatchMode):
         return str(self.rec.loc) if self.rec.loc is not None else ""
 
 
-class _presents_as_tracing:
+class PresentsAsTracing:
     """Library code asks `torch.compiler.is_compiling()` / `is_exporting()` to skip fast paths
     that read tensor data (transformers' mask helpers, `nn.MultiheadAttention`'s fast path);
     guardsolve answers as non-strict torch.export does while any trace runs.
@@ -742,7 +742,6 @@ def _threads_for(real_flat: list[Any]) -> Any:
     return _one_thread() if small else _NO_MODES
 
 
-@functools.lru_cache(maxsize=None)
 def _reads_traced(args: Any) -> bool:
     """Does `.item()` read a traced tensor (computed from the inputs)? Its value is then a
     symbol of the trace, not a pinned constant: what user code decides on it is a value
@@ -750,6 +749,8 @@ def _reads_traced(args: Any) -> bool:
     return bool(args) and isinstance(args[0], TracedTensor)
 
 
+# NOTE: keyed on the op alone (a few hundred OpOverloads); never on arguments, which hold tensors
+@functools.lru_cache(maxsize=None)
 def _sized_by_data(func: Any) -> bool:
     """Does the op's output size or value come from tensor data (`nonzero`, `index` with a
     mask, `.item()`)? Its eager kernel computes the size its rule takes."""
@@ -853,10 +854,10 @@ def _outside_modes() -> Any:
 
 def _layouts(flat: list[Any]) -> list[Any]:
     """The sizes, strides and offsets of the traced tensors among `flat`, by guard-graph name."""
-    from guardsolve.guards.rules import _sym
+    from guardsolve.guards.rules import sym_of
 
-    return [(tuple(map(_sym, a.symbolic.shape)), tuple(map(_sym, a.symbolic.stride())),
-             _sym(a.symbolic.storage_offset())) for a in flat if isinstance(a, TracedTensor)]
+    return [(tuple(map(sym_of, a.symbolic.shape)), tuple(map(sym_of, a.symbolic.stride())),
+             sym_of(a.symbolic.storage_offset())) for a in flat if isinstance(a, TracedTensor)]
 
 
 @dataclass(eq=False)

@@ -38,7 +38,7 @@ from guardsolve.trace.state import paused
 from guardsolve.trace.why import Why, node_loc, node_op
 from guardsolve.trace.plain import PLAIN
 from guardsolve.trace.static import StaticGuard, layout_guard, tensor_guards
-from guardsolve.trace.tensor import TracedTensor, TracingMode, _presents_as_tracing, dtype_name, symint
+from guardsolve.trace.tensor import TracedTensor, TracingMode, PresentsAsTracing, dtype_name, symint
 
 
 @dataclass
@@ -162,7 +162,7 @@ def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = Fal
         while True:
             try:
                 with paused_gc():  # NOTE: placeholders and the trace are many small acyclic objects
-                    t = _trace(fn, example_inputs, value_guards)
+                    t = trace_once(fn, example_inputs, value_guards)
                 break
             except TypeError as e:
                 # NOTE: PyTorch's parser rejected a traced value where it takes a plain one: a
@@ -243,7 +243,7 @@ def _eager_failure(fn: Callable[..., Any], example_inputs: tuple[Any, ...]) -> E
 
 
 class Diverged(Exception):
-    """A trace run against an expected one (`_trace(..., expect=)`) recorded another node:
+    """A trace run against an expected one (`trace_once(..., expect=)`) recorded another node:
     said by the user's line and op first, the trace's own nodes after (`why`)."""
 
     def __init__(self, index: int, found: Any, expected: Any, loc: Any = None) -> None:
@@ -352,7 +352,7 @@ class _Expecting(Graph):
         return out
 
 
-def _trace(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards: bool,
+def trace_once(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guards: bool,
            expect: list[Any] | None = None) -> Trace:
     # NOTE: autocast keeps a cast copy of each weight for the rest of its region: a traced copy
     # must not outlive the trace (eager code after it in the same region would read it)
@@ -401,7 +401,7 @@ def _record(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guard
     # mode whole instead of as its decomposition: its eager value comes from the kernel eager
     # dispatches to, and its decomposition runs on meta tensors only, for shapes and guards
     try:
-        with _presents_as_tracing(), torch._C._AutoDispatchBelowAutograd(), mode:
+        with PresentsAsTracing(), torch._C._AutoDispatchBelowAutograd(), mode:
             result = call_user(fn, *args)
     except Exception as e:
         if expect is not None:
@@ -499,7 +499,7 @@ def _strides_decided_on(guards: Graph, strided: dict[str, str]) -> set[str]:
 
 def tracing() -> bool:
     """Is some trace running (in any thread)? Cheap: one read of a shared count."""
-    return _presents_as_tracing._active[0] > 0
+    return PresentsAsTracing._active[0] > 0
 
 
 def is_traced(v: Any) -> bool:
