@@ -144,3 +144,29 @@ def test_the_repository_root_holds_only_the_project() -> None:
     allowed = {".ci", ".gitignore", "README.md", "benchmarks", "examples", "guardsolve", "pyproject.toml", "tests"}
     stray = sorted({line.split("/", 1)[0] for line in out.stdout.splitlines()} - allowed)
     assert stray == [], f"tracked files outside the project's layout: {stray}"
+
+
+def private_imports() -> list[str]:
+    """Every `from guardsolve.X import _name` whose module is not the importer itself: what two
+    modules share has a public name in the module that owns it."""
+    paths = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    found: list[str] = []
+    for module, path in paths.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            if base.split(".")[0] != "guardsolve" or base == module:
+                continue
+            found += [f"{module}:{node.lineno} imports {base}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    found = private_imports()
+    assert not found, "private names imported from another module:\n" + "\n".join(found)
