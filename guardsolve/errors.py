@@ -220,3 +220,14 @@ class DuplicateNameError(GraphError):
 
 class InputMismatchError(GuardsolveError):
     """Inputs given to a trace or check do not fit its signature (count, kind or rank)."""
+
+
+def first_line(e: BaseException) -> str:
+    """An exception's message, its first line alone (its class name where it has none), for
+    one-line reasons and CLI errors.
+
+    >>> first_line(RuntimeError(chr(10).join(["shapes differ", "at dim 1"]))), first_line(KeyError())
+    ('shapes differ', 'KeyError')
+    """
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__

@@ -57,7 +57,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from guardsolve.errors import DataDependentError, EagerError, GuardFailure, GuardsolveError, UnsupportedOpError
+from guardsolve.errors import DataDependentError, EagerError, GuardFailure, GuardsolveError, UnsupportedOpError, first_line
 from guardsolve.jit.counter import Counter as _Counter
 from guardsolve.jit.progress import describe, step
 from guardsolve.jit.segments import writes_unmade
@@ -444,7 +444,7 @@ class GuardedFunction:
                             return _MISS
                         # NOTE: a kernel's own error (an index out of range in data): eager gives
                         # the call's own error, or its value
-                        why = f"the compiled kernels raised {type(err).__name__}: {_first_line(err)[:200]}"
+                        why = f"the compiled kernels raised {type(err).__name__}: {first_line(err)[:200]}"
                         self._eager.inc()
                         self._count_eager(why)
                         self._tls.last = (_K_EAGER, e, v, why)
@@ -474,7 +474,7 @@ class GuardedFunction:
             if isinstance(err, Exception) and state is not None and state.failure() is not None:
                 state.distrust()
                 return _MISS  # NOTE: state changed in place (`w.resize_(1)`): a new trace
-            self._tls.last = (_K_EAGER, e, None, f"the replay raised {type(err).__name__}: {_first_line(err)[:200]}")
+            self._tls.last = (_K_EAGER, e, None, f"the replay raised {type(err).__name__}: {first_line(err)[:200]}")
             raise
         e.count_hit()
         self._hits.inc()
@@ -674,7 +674,7 @@ class GuardedFunction:
             except EagerError as e:
                 # NOTE: eager raises it too: the call's own error; the signature is remembered,
                 # so a flood of such calls costs eager's time, not a trace each
-                why = f"{_RAISED}{type(e).__name__}: {_first_line(e)}"
+                why = f"{_RAISED}{type(e).__name__}: {first_line(e)}"
                 self._tls.last = (_K_EAGER, None, None, why)
                 if sig is not None:
                     self._remember(sig, why)
@@ -682,7 +682,7 @@ class GuardedFunction:
             except GuardsolveError as e:
                 # NOTE: a data-dependent branch, an op the tracer does not know: eager serves it,
                 # and every later call of the same signature, without a trace
-                why = f"cannot be traced: {type(e).__name__}: {_first_line(e)}"
+                why = f"cannot be traced: {type(e).__name__}: {first_line(e)}"
                 if sig is not None:
                     self._remember(sig, why)
                 snapshot.restore(rng=not background)  # NOTE: the trace ran part of the program
@@ -1165,7 +1165,7 @@ class GuardedFunction:
                         self._log.append(f"background: traced a call that ran eagerly while another thread "
                                          f"traced ({describe(names, values)}): {self.last_call}")
             except BaseException as e:  # NOTE: fn's own error, eager's: logged, nothing published
-                self._log.append(f"background: {type(e).__name__}: {_first_line(e)}")
+                self._log.append(f"background: {type(e).__name__}: {first_line(e)}")
             finally:
                 with self._lock_pending:
                     self._pending.pop(key, None)
@@ -1396,11 +1396,6 @@ def _never(*args: Any, **kwargs: Any) -> bool:
 
 def _no_replay(*args: Any) -> Any:
     raise AssertionError("the Inductor backend runs its variants, not a replay")
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
 
 
 def guarded(fn: Callable[..., Any] | None = None, *, max_entries: int = 8, evict: bool = False,

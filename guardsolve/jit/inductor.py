@@ -44,7 +44,7 @@ import sympy
 import torch
 import z3
 
-from guardsolve.errors import GuardsolveError
+from guardsolve.errors import GuardsolveError, first_line
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.jit.decompose import retrace_scope
@@ -490,7 +490,7 @@ def _segmented(t: Trace, trace_gs: GuardSet, values: Sequence[Any], timeout_ms: 
             gs = simplify(sub, timeout_ms=timeout_ms, explore=False)
             v = compile_variant(sub, gs, example, [], names, timeout_ms)
         except (CompileFailure, SolverError) as e:
-            return f"Inductor cannot compile it: {_first_line(e)[:300]}"
+            return f"Inductor cannot compile it: {first_line(e)[:300]}"
         if not v.check(*example):
             return "its compiled check rejects the inputs it was compiled at"
         return v
@@ -548,7 +548,7 @@ def _build(program: Callable[..., Any], t: Trace, values: Sequence[Any], consts:
             if formats is not None:
                 gm = eager_layouts(gm, mode, formats)
     except Exception as e:
-        raise _Failed("make_fx", f"make_fx could not re-trace the trace: {type(e).__name__}: {_first_line(e)}") from e
+        raise _Failed("make_fx", f"make_fx could not re-trace the trace: {type(e).__name__}: {first_line(e)}") from e
     _tensor_outputs(gm)
     with mode:
         _scalars_as_tensors(gm)
@@ -567,7 +567,7 @@ def _build(program: Callable[..., Any], t: Trace, values: Sequence[Any], consts:
                 artifact = _standalone(gm, [*fakes, *const_fakes, *size_args], oblivious, 1, cpp, train)
     except Exception as e:
         how = " (decomposed)" if decompose else ""
-        raise _Failed("inductor", f"Inductor could not compile the trace{how}: {type(e).__name__}: {_first_line(e)}") from e
+        raise _Failed("inductor", f"Inductor could not compile the trace{how}: {type(e).__name__}: {first_line(e)}") from e
     return se, fakes, dims, gm, artifact, sizes
 
 
@@ -675,7 +675,7 @@ def _differs_at(t: Trace, v: Variant, values: Sequence[Any], params: Sequence[st
             continue  # NOTE: random data eager rejects (an index out of range): no comparison here
         got = _outcome(served, args, consts, copy, random, train)
         if isinstance(got, BaseException):
-            return f"raises {type(got).__name__} ({_first_line(got)[:120]}) at {where}, where eager gives a value"
+            return f"raises {type(got).__name__} ({first_line(got)[:120]}) at {where}, where eager gives a value"
         why = _mismatch(want, got, compare_values, floor)
         if why is not None:
             return f"gives {why} at {where}"
@@ -1186,11 +1186,6 @@ def load_artifact(data: bytes) -> Callable[..., Any]:
         with open(path, "wb") as f:
             f.write(data)
         return CompiledArtifact.load(path=path, format="binary")
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
 
 
 __all__ = ["BackendGuard", "CompileFailure", "Variant", "compile_variant", "flat_program", "load_artifact", "runner"]

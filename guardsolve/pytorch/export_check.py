@@ -160,17 +160,17 @@ def check_with_export(j: Any, fn: Callable[..., Any], args: Sequence[Any], max_r
             message = str(e)
             if not _is_constraint_violation(e):
                 raise ExportCheckError(f"torch.export cannot export {_name(fn)}: {type(e).__name__}: "
-                                       f"{_first_line(message)}") from e
+                                       f"{_first_nonblank_line(message)}") from e
         try:
             fixes = torch_fixes(message)
         except (ValueError, SyntaxError) as e:
             raise ExportCheckError(f"torch.export's suggested fixes are not in words guardsolve reads ({e}): "
-                                   f"{_first_line(message)}") from None
+                                   f"{_first_nonblank_line(message)}") from None
         new = state.apply(fixes)
         if not new:
             raise ExportCheckError(f"torch.export rejects the spec and none of its suggested fixes narrows it "
                                    f"({'; '.join(_fix_line(n, f) for n, f in fixes.items()) or 'none given'}): "
-                                   f"{_first_line(message)}")
+                                   f"{_first_nonblank_line(message)}")
         pins += [_witnessed(gs, j.example, fn, args, p, before) for p, before in new]
     raise ExportCheckError(f"torch.export still rejects the spec after {max_rounds} rounds of its own fixes")
 
@@ -194,7 +194,7 @@ def _is_constraint_violation(e: BaseException) -> bool:
     return getattr(kind, "name", "") == "CONSTRAINT_VIOLATION" or "Constraints violated" in str(e)
 
 
-def _first_line(message: str) -> str:
+def _first_nonblank_line(message: str) -> str:
     return next((line.strip() for line in message.splitlines() if line.strip()), "(no message)")
 
 
@@ -382,5 +382,5 @@ def _eager(gs: Any, fn: Callable[..., Any], args: Sequence[Any], point: Mapping[
         with torch.no_grad():
             fn(*inputs)
     except Exception as e:  # NOTE: any failure is the answer: guardsolve's guards let in an input eager rejects
-        return f"raises {type(e).__name__}: {_first_line(str(e))}"
+        return f"raises {type(e).__name__}: {_first_nonblank_line(str(e))}"
     return None
