@@ -20,6 +20,7 @@ PACKAGE = pathlib.Path(__file__).parent.parent / "guardsolve"
 # below solve; the `guarded()` JIT ties trace, solve, replay and Inductor (read through pytorch/) together above them.
 LEVEL = {
     "errors": 0,   # errors.py: the exception hierarchy
+    "patching": 0,  # patching.py: every patch of torch, held by a count under one lock
     "ir": 1,       # ir/: ops, Node/Graph, text form, the walker, concrete rules
     "guards": 2,   # guards/: guard_graph, normal form, Python-vs-z3 semantics
     "trace": 3,    # trace/: traced tensor, guarded ints, tracer, torch rules, replay
