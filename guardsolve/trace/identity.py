@@ -188,12 +188,12 @@ def same_but_identities(t: Any, u: Any, point: Mapping[str, int]) -> Graph | Non
     None where the traces differ otherwise, or where `u` leaves nothing out.
 
     >>> import torch, guardsolve
-    >>> from guardsolve.trace.tracer import _trace
+    >>> from guardsolve.trace.tracer import trace_once
     >>> def f(x):
     ...     y = x.sum(0, keepdim=True)
     ...     return (y.expand(x.shape[0], -1) if x.shape[0] != 1 else y) * 2
     >>> t = guardsolve.trace(f, torch.randn(3, 4))
-    >>> g = same_but_identities(t, _trace(f, (torch.randn(1, 4),), False), {"x0": 1, "x1": 4})
+    >>> g = same_but_identities(t, trace_once(f, (torch.randn(1, 4),), False), {"x0": 1, "x1": 4})
     >>> g is not None and g.bailouts()[-1].meta["why"]
     'aten.expand.default is the identity'
     """
