@@ -33,11 +33,12 @@ variance formulas); `decompositions` collects the table a graph is traced with.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from guardsolve.jit.layout import strides_in_format, strides_of
+from guardsolve.patching import Patch, patched
 
 _CLONE = torch.ops.aten.clone.default
 
@@ -53,15 +54,20 @@ def conv_backward_layouts() -> Any:
     still checked against ATen's at every call (Inductor's `assert_size_stride` on an extern
     kernel's outputs), and oneDNN's being enabled is a static guard of every entry."""
     from torch._inductor import lowering
-    from torch._inductor.virtualized import V
 
-    op = torch.ops.aten.convolution_backward.default
-    original = lowering.lowerings[op]
+    with patched(Patch(lowering.lowerings, torch.ops.aten.convolution_backward.default, _layout_optimized, item=True)):
+        yield
+
+
+def _layout_optimized(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Inductor's lowering of `convolution_backward`, run with the graph's layout optimization on."""
+    from torch._inductor.virtualized import V
 
     def lower(grad_out: Any, input: Any, weight: Any, *args: Any, **kwargs: Any) -> Any:
         if not (torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available()) or \
                 input.get_device() is None or input.get_device().type != "cpu":
             return original(grad_out, input, weight, *args, **kwargs)
+        # NOTE: the graph being lowered is this compile's own (V is per thread), not shared state
         before = V.graph.layout_opt
         V.graph.layout_opt = True
         try:
@@ -69,11 +75,7 @@ def conv_backward_layouts() -> Any:
         finally:
             V.graph.layout_opt = before
 
-    lowering.lowerings[op] = lower
-    try:
-        yield
-    finally:
-        lowering.lowerings[op] = original
+    return lower
 
 
 # -- batch norm's variance: two passes, as eager's ------------------------------------------------
@@ -90,11 +92,17 @@ def two_pass_variances() -> Any:
     the forward kernel took 12 us with Welford's pass, 9 us with two; at 16x48x48 and at
     32x112x112 (a 25 MB activation) the steps cost the same both ways. A choice by size would
     need a guard, and a variant more for every workload on both sides of 1024."""
+    from torch._inductor import lowering
+
+    with patched(Patch(lowering, "use_two_step_variance", _two_pass_on_cpu)):
+        yield
+
+
+def _two_pass_on_cpu(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Inductor's `use_two_step_variance`, true for a CPU reduction over a symbolic count."""
     import sympy
     from torch._inductor import lowering
     from torch._inductor.utils import sympy_product
-
-    original = lowering.use_two_step_variance
 
     def two_pass(x: Any, axis: Any, keepdim: Any, input_dtype: Any) -> Any:
         device = x.get_device()
@@ -107,11 +115,7 @@ def two_pass_variances() -> Any:
             return original(x, axis, keepdim, input_dtype)
         return True
 
-    lowering.use_two_step_variance = two_pass
-    try:
-        yield
-    finally:
-        lowering.use_two_step_variance = original
+    return two_pass
 
 
 # -- max pooling ----------------------------------------------------------------------------------

@@ -28,9 +28,11 @@ image size. A graph output that the pass restrided is copied back to the strides
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
+
+from guardsolve.patching import Patch, patched
 
 _CONV = torch.ops.aten.convolution.default
 _CLONE = torch.ops.aten.clone.default
@@ -244,9 +246,17 @@ def conv_formats() -> Any:
         ...     str(kind), torch._C._conv_determine_backend_memory_format(x.to(memory_format=torch.channels_last), w, kind)
         ('_ConvBackend.Slow2d', torch.channels_last)
     """
-    select_backend, backend_format = torch._C._select_conv_backend, torch._C._conv_determine_backend_memory_format
+    with patched(Patch(torch._C, "_select_conv_backend", _selecting),
+                 Patch(torch._C, "_conv_determine_backend_memory_format", _formatting)):
+        yield
+
+
+_OURS = ("Empty", "Slow2d", "SlowDilated2d", "SlowTranspose2d")  # the backends `_selecting` picks
+
+
+def _selecting(select_backend: Callable[..., Any]) -> Callable[..., Any]:
+    """ATen's `_select_conv_backend` as `conv_formats` has it: the batch size read by none."""
     kinds = torch._C._ConvBackend
-    ours = (kinds.Empty, kinds.Slow2d, kinds.SlowDilated2d, kinds.SlowTranspose2d)
 
     def select(input: Any, weight: Any, *args: Any, **kwargs: Any) -> Any:
         if args or not _batch_free(input, weight):
@@ -257,19 +267,23 @@ def conv_formats() -> Any:
             return kinds.SlowTranspose2d
         return kinds.SlowDilated2d if any(d != 1 for d in kwargs.get("dilation", ())) else kinds.Slow2d
 
-    def fmt(input: Any, weight: Any, backend: Any) -> Any:
-        if backend not in ours or not _batch_free(input, weight):
-            return backend_format(input, weight, backend)
-        if backend == kinds.Empty:
+    return select
+
+
+def _formatting(backend_format: Callable[..., Any]) -> Callable[..., Any]:
+    """ATen's `_conv_determine_backend_memory_format` for the backends `_selecting` picks."""
+    kinds = torch._C._ConvBackend
+    ours = tuple(getattr(kinds, k) for k in _OURS)
+
+    def fmt(input: Any, weight: Any, kind: Any) -> Any:
+        if kind not in ours or not _batch_free(input, weight):
+            return backend_format(input, weight, kind)
+        if kind == kinds.Empty:
             return torch.contiguous_format
         cl = channels_last_strides(input.shape, input.stride()) or channels_last_strides(weight.shape, weight.stride())
         return torch.channels_last if cl else torch.contiguous_format
 
-    torch._C._select_conv_backend, torch._C._conv_determine_backend_memory_format = select, fmt
-    try:
-        yield
-    finally:
-        torch._C._select_conv_backend, torch._C._conv_determine_backend_memory_format = select_backend, backend_format
+    return fmt
 
 
 def _literal_one(d: Any) -> bool:
@@ -329,27 +343,29 @@ def squeeze_views() -> Any:
     so batch 1 needed a second compile. Fake tensors' own views keep PyTorch's rule (their
     strides are the ones eager computes)."""
     from torch._inductor import ir
-    from torch._subclasses import fake_impls
 
-    general = fake_impls._compute_stride
-    create = ir.View.__dict__["create"]
+    with patched(Patch(ir.View, "create", _squeezing_view)):
+        yield
 
+
+def _squeezing_strides(general: Callable[..., Any]) -> Callable[..., Any]:
+    """PyTorch's `_compute_stride` with `squeeze_strides` asked first."""
     def strides(old_shape: Any, old_stride: Any, new_shape: Any, *args: Any, **kwargs: Any) -> Any:
         found = squeeze_strides(old_shape, old_stride, new_shape)
         return found if found is not None else general(old_shape, old_stride, new_shape, *args, **kwargs)
 
-    def view(cls: Any, x: Any, new_size: Any) -> Any:
-        fake_impls._compute_stride = strides
-        try:
-            return create.__func__(cls, x, new_size)
-        finally:
-            fake_impls._compute_stride = general
+    return strides
 
-    ir.View.create = classmethod(view)
-    try:
-        yield
-    finally:
-        ir.View.create = create
+
+def _squeezing_view(create: Any) -> Any:
+    """Inductor's `View.create` (a classmethod) laying its view out by `_squeezing_strides`."""
+    from torch._subclasses import fake_impls
+
+    def view(cls: Any, x: Any, new_size: Any) -> Any:
+        with patched(Patch(fake_impls, "_compute_stride", _squeezing_strides)):
+            return create.__func__(cls, x, new_size)
+
+    return classmethod(view)
 
 
 def channels_last_strides(sizes: Sequence[Any], strides: Sequence[Any]) -> bool:

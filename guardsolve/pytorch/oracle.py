@@ -10,11 +10,14 @@ checked against what it actually received.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
+
+from guardsolve.patching import Patch, patched
 
 
 @dataclass
@@ -65,18 +68,29 @@ def _refusals(keys: dict[tuple[str, str, int], str], out: list[FrameCall]) -> It
     """
     from torch._dynamo import guards
 
-    original = guards.get_and_maybe_log_recompilation_reasons
+    token = _LISTENING.set((keys, out))
+    try:
+        with patched(Patch(guards, "get_and_maybe_log_recompilation_reasons", _recording_refusals)):
+            yield
+    finally:
+        _LISTENING.reset(token)
 
+
+# NOTE: the frames this thread's `_refusals` listens for, and where it records them; the
+# patched function is shared by every holder, so each caller's own list is found here.
+_LISTENING: contextvars.ContextVar[tuple[dict[tuple[str, str, int], str], list[FrameCall]] | None] = \
+    contextvars.ContextVar("guardsolve_oracle_refusals", default=None)
+
+
+def _recording_refusals(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Dynamo's `get_and_maybe_log_recompilation_reasons`, recording the refused frame first."""
     def reasons(cache_entries: Any, frame: Any, *a: Any, **k: Any) -> Any:
-        if _key(frame.f_code) in keys:
-            out.append(FrameCall(frame.f_code.co_name, dict(frame.f_locals), False))
+        listening = _LISTENING.get()
+        if listening is not None and _key(frame.f_code) in listening[0]:
+            listening[1].append(FrameCall(frame.f_code.co_name, dict(frame.f_locals), False))
         return original(cache_entries, frame, *a, **k)
 
-    guards.get_and_maybe_log_recompilation_reasons = reasons
-    try:
-        yield
-    finally:
-        guards.get_and_maybe_log_recompilation_reasons = original
+    return reasons
 
 
 def agrees(report: Any, *args: Any) -> list[str]:
