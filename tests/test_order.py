@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardsolve.solve.order import INF, Z, OrderLayer
+from guardsolve.solve.difference import INF, Z
+from guardsolve.solve.order import OrderLayer
 from guardsolve.solve.unify import Conflict
 from guardsolve.testing import examples
 

@@ -23,7 +23,8 @@ from guardsolve.guards.expr import Formula, Poly, divide, rel
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.solve.bounded import Boxes
-from guardsolve.solve.order import Z, OrderLayer
+from guardsolve.solve.difference import Z
+from guardsolve.solve.order import OrderLayer
 from guardsolve.solve.smt import Vars, formula_to_z3
 from guardsolve.solve.witness import Witnesses, _lambdas
 

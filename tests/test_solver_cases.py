@@ -20,7 +20,8 @@ from guardsolve import Graph, UnsatisfiableGuardsError, simplify
 from guardsolve.guards.expr import Poly, rel
 from guardsolve.ir.ops import Op
 from guardsolve.ir.printer import print_guards
-from guardsolve.solve.order import Z, OrderLayer
+from guardsolve.solve.difference import Z
+from guardsolve.solve.order import OrderLayer
 from guardsolve.solve.smt import reduce_component
 from guardsolve.solve.unify import Conflict, UnionFind
 from guardsolve.testing import accepts
@@ -495,7 +496,8 @@ def test_conj_keeps_every_distinct_argument() -> None:
 def test_needs_solver_follows_reachability_through_a_cycle() -> None:
     """y reaches z only through the cycle a <-> b; z reaches y once `p - q <= 5` fails (q -> p
     reversed), so the disequality `z - y != 0` is bounded where that edge fails."""
-    from guardsolve.solve.order import Diseq, Edge, needs_solver
+    from guardsolve.solve.difference import Diseq, Edge
+    from guardsolve.solve.tight import needs_solver
 
     es = [Edge("y", "a", 1), Edge("a", "b", 1), Edge("b", "a", 1), Edge("b", "z", 1), Edge("q", "p", 5),
           Edge("z", "p", 0, background=True), Edge("q", "y", 0, background=True)]
@@ -730,7 +732,8 @@ def test_propagation_takes_one_link_of_a_reversed_chain_per_round() -> None:
 
 
 def test_needs_solver_with_disequalities_between_unordered_int_args() -> None:
-    from guardsolve.solve.order import Diseq, needs_solver
+    from guardsolve.solve.difference import Diseq
+    from guardsolve.solve.tight import needs_solver
 
     ds = [Diseq("n0", "n1", 0, frozenset({1})), Diseq("n2", "n3", 2, frozenset({2}))]
     assert needs_solver([], ds) is False

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from guardsolve.guards.expr import Atom, Formula, Or, Poly, Rel, Const
-from guardsolve.solve.order import Z
+from guardsolve.solve.difference import Z
 
 KIND_RANK = {"eq": 0, "order": 1, "ne": 2, "general": 3}
 

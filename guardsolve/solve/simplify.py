@@ -27,7 +27,9 @@ from guardsolve.solve.constraint import Constraint, DimOrder, render_eq, render_
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.bounded import INF, holds_on_box
 from guardsolve.solve.parallel import default_jobs, map_forked
-from guardsolve.solve.order import Z, OrderLayer, OrderResult, needs_solver
+from guardsolve.solve.difference import Z, OrderResult
+from guardsolve.solve.order import OrderLayer
+from guardsolve.solve.tight import needs_solver
 from guardsolve.solve.smt import Contexts, reduce_component
 from guardsolve.solve.unify import Conflict, UnionFind
 from guardsolve.trace.gcpause import paused_gc
