@@ -194,7 +194,7 @@ def test_a_set_prints_as_a_formula_with_the_same_members(parts: list, open_end: 
     """`IntSet.formula` (how the routes' sets print) holds exactly at the set's members inside
     its domain: `{0} | [2, 9]` once printed as `x == 0`, which the union proof caught."""
     from guardsolve.solve.disjoin import SIZES
-    from guardsolve.solve.readable import holds
+    from guardsolve.solve.one_dim import holds
 
     s = IntSet.of([(lo, lo + w) for lo, w in parts] + ([(20, None)] if open_end else []))
     domain = SIZES if sized else IntSet.full()
@@ -281,7 +281,7 @@ def test_routes_past_the_clause_budget_read_as_one_of_the_routes() -> None:
     import random
     import re
 
-    from guardsolve.solve.readable import holds
+    from guardsolve.solve.one_dim import holds
 
     def clamp(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
         return torch.clamp(x, lo, hi)

@@ -108,7 +108,8 @@ def test_periodic_equal_decides_as_z3_does() -> None:
     import random
 
     from guardsolve.guards.expr import Div, Poly, disj, rel
-    from guardsolve.solve.readable import periodic_equal, readable_proves
+    from guardsolve.solve.one_dim import periodic_equal
+    from guardsolve.solve.proving import readable_proves
 
     rng = random.Random(29)
     X, K = Poly.var("x"), Poly.const
@@ -157,7 +158,8 @@ def test_take_along_dims_merged_routes_print_as_the_examples_route_and_a_count()
     import torch
 
     from guardsolve.solve.constraint import DimOrder, render_formula
-    from guardsolve.solve.readable import MAX_DISJUNCTS, holds
+    from guardsolve.solve.cases import MAX_DISJUNCTS
+    from guardsolve.solve.one_dim import holds
 
     torch.manual_seed(0)
     x, index = torch.randn(5, 5), torch.tensor(TAKE_ALONG_INDEX)
@@ -197,7 +199,8 @@ def test_routes_split_by_a_dim_print_one_guard_per_case() -> None:
     of four routes, proven equivalent (z3), and equal at every point of a grid."""
     from guardsolve.guards.expr import conj, disj
     from guardsolve.solve.constraint import Constraint, DimOrder, render_formula
-    from guardsolve.solve.readable import MAX_DISJUNCTS, holds, many_routes
+    from guardsolve.solve.cases import MAX_DISJUNCTS, many_routes
+    from guardsolve.solve.one_dim import holds
 
     x, y, z, K = Poly.var("x0"), Poly.var("y0"), Poly.var("z0"), Poly.const
     cases = [rel("eq", x, K(0)), rel("eq", x, K(1)), rel("ge", x, K(2))]
@@ -217,7 +220,7 @@ def test_routes_that_share_conjuncts_print_them_once() -> None:
     """`(A and B) or (A and C) ...` is `A` and `B or C ...`: A a guard of its own."""
     from guardsolve.guards.expr import conj, disj
     from guardsolve.solve.constraint import Constraint, DimOrder, render_formula
-    from guardsolve.solve.readable import many_routes
+    from guardsolve.solve.cases import many_routes
 
     x, y, K = Poly.var("x0"), Poly.var("y0"), Poly.const
     f = disj(conj([rel("eq", x, y), rel("eq", y, K(k * k))]) for k in range(10))

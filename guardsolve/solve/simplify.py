@@ -265,10 +265,11 @@ class Simplifier:
         """A one-dim atom over a size whose divisions are by constants, as what it means (a
         bound, a range, a residue: `solve.readable`), proven equal for every size by z3; a
         bound then joins the ordering layer instead of reaching the solver."""
-        from guardsolve.solve.readable import constant_divisors, has_divisions as _constant_divisors_in, one_dim_forms
+        from guardsolve.solve.one_dim import constant_divisors, has_divisions as _constant_divisors_in, one_dim_forms
         import z3
 
-        from guardsolve.solve.readable import periodic_equal, readable_proves
+        from guardsolve.solve.one_dim import periodic_equal
+        from guardsolve.solve.proving import readable_proves
 
         memo = self.__dict__.setdefault("_closed", {})
         out = []
@@ -314,7 +315,7 @@ class Simplifier:
         NOTE: exact: the equality holds wherever the bounds and those atoms do, and at it the
         atoms hold; the bounds stay (implied by it, the later stages drop them).
         """
-        from guardsolve.solve.readable import holds
+        from guardsolve.solve.one_dim import holds
 
         by_dim: dict[str, list[Atom]] = {}
         for a in general:
