@@ -29,7 +29,7 @@ _EXPORTS: dict[str, str] = {
     "print_guards": "guardsolve.ir.printer",
     "run_trace": "guardsolve.trace.replay",
     "Trace": "guardsolve.trace.tracer", "trace": "guardsolve.trace.tracer",
-    "Certificate": "guardsolve.solve.guardset", "GuardSet": "guardsolve.solve.guardset",
+    "Certificate": "guardsolve.solve.certify", "GuardSet": "guardsolve.solve.guardset",
     "simplify": "guardsolve.solve.simplify",
     "CacheInfo": "guardsolve.jit.cache", "GuardedFunction": "guardsolve.jit.cache", "guarded": "guardsolve.jit.cache",
     "Example": "guardsolve.jit.cache", "Served": "guardsolve.jit.cache",
@@ -82,7 +82,8 @@ if TYPE_CHECKING:
     from guardsolve.pytorch.compile import CompileReport, explain_compile
     from guardsolve.pytorch.dynamic import export_spec, judge_dynamic, violations
     from guardsolve.pytorch.recompiles import RecompileLog, watch_recompiles
-    from guardsolve.solve.guardset import Certificate, GuardSet
+    from guardsolve.solve.certify import Certificate
+    from guardsolve.solve.guardset import GuardSet
     from guardsolve.solve.simplify import simplify
     from guardsolve.trace.replay import run_trace
     from guardsolve.trace.tracer import Trace, trace

@@ -18,7 +18,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from guardsolve.jit.counter import Counter
-from guardsolve.solve.guardset import Certificate, GuardSet
+from guardsolve.solve.certify import Certificate
+from guardsolve.solve.guardset import GuardSet
 
 
 @dataclass(frozen=True)
