@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import guardsolve
-from guardsolve.solve.paths import _inputs_at, prove_union
+from guardsolve.solve.explore.saved import _inputs_at, prove_union
 from guardsolve.trace.local import LocalReplay
 from guardsolve.trace.tracer import trace_once, difference
 

@@ -643,7 +643,7 @@ def simplify(graph: Any, *, verify: bool = False, timeout_ms: int = DEFAULT_TIME
     `readable` (on by default) prints each guard in the simplest form found, proven equivalent
     under the others (`solve.readable`); False keeps the solver's own forms.
     """
-    from guardsolve.solve.paths import run_budget
+    from guardsolve.solve.explore import run_budget
     from guardsolve.trace.tracer import Trace
 
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
@@ -704,7 +704,7 @@ def merge_paths(t: Any, base: GuardSet, timeout_ms: int = DEFAULT_TIMEOUT_MS, li
     import z3
 
     from guardsolve.ir.ops import Op
-    from guardsolve.solve.paths import (WIDE_CLAUSES, explore, explore_saved, guard_budget, implied_atoms,
+    from guardsolve.solve.explore import (WIDE_CLAUSES, explore, explore_saved, guard_budget, implied_atoms,
                                         merged_clauses, one_of_routes, prove_union)
     from guardsolve.solve.tograph import emit_bailout
     from guardsolve.trace.tracer import Trace
