@@ -9,7 +9,7 @@ again with dims (one at a time, each class of equal dims together, then mixes fr
 point that merged) set to 0 and to 1, each probe stopped at the first trace node it records
 differently (`tracer.Diverged`). A probe that records the same trace (same nodes, outputs and
 static guards) is a *path*: its own path condition, simplified, holds exactly where a fresh
-trace takes that route, so each input it accepts records the trace. `merge` joins the paths'
+trace takes that route, so each input it accepts records the trace. `merge_paths` joins the paths'
 guards into one minimal set (`disjoin`), proved by z3 to be their disjunction.
 
 >>> import torch, guardsolve
@@ -23,6 +23,7 @@ guards into one minimal set (`disjoin`), proved by z3 to be their disjunction.
 from guardsolve.solve.explore.budget import SMALL_TRACE, WIDE_CLAUSES, run_budget
 from guardsolve.solve.explore.flip import solver_flip
 from guardsolve.solve.explore.live import explore
+from guardsolve.solve.explore.merge_paths import merge_paths
 from guardsolve.solve.explore.merge import guard_budget, implied_atoms, merged_clauses, one_of_routes, prove_union
 from guardsolve.solve.explore.probes import inputs_at, resized
 from guardsolve.solve.explore.results import Exploration, Path, Probe
@@ -30,5 +31,5 @@ from guardsolve.solve.explore.saved import ROUTE_WHY, explore_saved
 from guardsolve.solve.explore.search import equal_classes
 
 __all__ = ["ROUTE_WHY", "SMALL_TRACE", "WIDE_CLAUSES", "Exploration", "Path", "Probe", "equal_classes", "explore",
-           "explore_saved", "guard_budget", "implied_atoms", "inputs_at", "merged_clauses", "one_of_routes",
+           "explore_saved", "guard_budget", "implied_atoms", "inputs_at", "merge_paths", "merged_clauses", "one_of_routes",
            "prove_union", "resized", "run_budget", "solver_flip"]
