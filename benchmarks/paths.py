@@ -85,7 +85,7 @@ WIDE_MAX = 40  # wide variants per program, at most
 def wide_variants(gs: Any, inputs: tuple[Any, ...]) -> list[tuple[str, tuple[Any, ...]]]:
     """Inputs further out: each dim and class of equal dims at 2, v-1, v+1, 2v, and each merged
     guard's boundary (where it alone fails, nearest the example) with one step either side."""
-    from guardsolve.solve.paths import equal_classes, resized
+    from guardsolve.solve.explore import equal_classes, resized
     from guardsolve.solve.witness import flip_points
 
     example = gs.input_dims(*inputs)

@@ -256,7 +256,8 @@ def boundary_variants(gs: Any, inputs: tuple[Any, ...]) -> Iterator[tuple[str, t
     """
     import itertools
 
-    from guardsolve.solve.paths import equal_classes, resized
+    from guardsolve.solve.explore.probes import resized
+    from guardsolve.solve.explore.search import equal_classes
 
     example = gs.input_dims(*inputs)
     if example is None:
@@ -360,7 +361,7 @@ def size_variants(inputs: tuple[Any, ...]) -> Iterator[tuple[str, tuple[Any, ...
     """
     import torch
 
-    from guardsolve.solve.paths import resized
+    from guardsolve.solve.explore.probes import resized
 
     dims = [(i, d, int(x.shape[d])) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) for d in range(x.dim())]
 

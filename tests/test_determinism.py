@@ -27,7 +27,7 @@ import torch
 import z3
 
 import guardsolve
-from guardsolve.solve.paths import Exploration, run_budget
+from guardsolve.solve.explore import Exploration, run_budget
 from guardsolve.testing import residual_block as _Block
 
 

@@ -209,7 +209,7 @@ def _sweep(fn, inputs: tuple, variants: list[tuple]) -> list[str]:  # type: igno
 
 def _at(signature, inputs: tuple, point: dict) -> tuple | None:  # type: ignore[no-untyped-def]
     """The example inputs resized to a point's dims (None where a size is negative or a tensor huge)."""
-    from guardsolve.solve.paths import resized
+    from guardsolve.solve.explore import resized
 
     out = []
     for prm, x in zip(signature, inputs):

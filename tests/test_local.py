@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import guardsolve
-from guardsolve.solve.paths import _inputs_at, prove_union
+from guardsolve.solve.explore import inputs_at, prove_union
 from guardsolve.trace.local import LocalReplay
 from guardsolve.trace.tracer import trace_once, difference
 
@@ -55,7 +55,7 @@ def test_a_replayed_probe_agrees_with_a_fresh_trace(name: str) -> None:
         example = base.input_dims(*t.inputs)
         answered = 0
         for point in _points(example):
-            args = _inputs_at(t, point)
+            args = inputs_at(t, point)
             got = replay(point, args)
             if got is None:
                 continue
@@ -103,7 +103,7 @@ def test_a_size_of_1_a_broadcast_decides_stays_its_symbol_read_or_not() -> None:
         t = guardsolve.trace(shift, torch.randn(5, 4))
         assert [c.text for c in guardsolve.simplify(t, explore=False)] == ["x1 == 4", "x0 != 1"]
         replay = LocalReplay.of(t)
-        got = replay(point, _inputs_at(t, point))
+        got = replay(point, inputs_at(t, point))
         assert got is not None and got[0] == "same", replay.why
         assert str(guardsolve.simplify(t)) == "(x1 == 1) or (x1 == 4)"  # NOTE: x1 = 1 broadcasts too
 
@@ -113,7 +113,7 @@ def test_a_size_of_1_a_broadcast_decides_stays_its_symbol_read_or_not() -> None:
 
         t = guardsolve.trace(reads, torch.randn(5, 4))
         replay = LocalReplay.of(t)
-        got = replay(point, _inputs_at(t, point))
+        got = replay(point, inputs_at(t, point))
         assert got is not None and got[0] == "same", replay.why
         gs = guardsolve.simplify(t)
         assert gs.check(torch.randn(1, 4)) and gs.check(torch.randn(2, 4)) and not gs.check(torch.randn(2, 3))
@@ -141,10 +141,10 @@ def test_after_a_constant_size_a_later_rule_that_rejects_still_decides() -> None
         t = guardsolve.trace(CONV, torch.randn(2, 3, 8, 8))
         replay = LocalReplay.of(t)
         low = {"input0": 2, "input1": 3, "input2": 1, "input3": 8}
-        got = replay(low, _inputs_at(t, low))
+        got = replay(low, inputs_at(t, low))
         assert got is not None and got[0] == "other" and "max_pool2d" in str(got[1]), replay.why
         one = {"input0": 1, "input1": 3, "input2": 8, "input3": 8}
-        got = replay(one, _inputs_at(t, one))
+        got = replay(one, inputs_at(t, one))
         assert got is not None and got[0] == "same", replay.why
     assert difference(t, guardsolve.trace(CONV, torch.randn(1, 3, 8, 8))) is None
 
@@ -159,16 +159,16 @@ def test_at_a_size_0_a_rule_that_rejects_is_found_on_plain_meta_tensors() -> Non
     t = guardsolve.trace(f, torch.randn(3, 8))
     replay = LocalReplay.of(t)
     zero = {"x0": 0, "x1": 8}
-    got = replay(zero, _inputs_at(t, zero))
+    got = replay(zero, inputs_at(t, zero))
     assert got is not None and got[0] == "other" and got[2] is None and replay.stopped == 1
     assert str(got[1]).startswith("stops at tests/test_local.py:") and got[1].op == "aten.view.default"
     assert "aten.view.default's shape rule rejects these sizes: RuntimeError" in str(got[1])
     with pytest.raises(Exception):
-        trace_once(f, _inputs_at(t, zero), False, expect=t.graph.nodes)
+        trace_once(f, inputs_at(t, zero), False, expect=t.graph.nodes)
     # NOTE: where no rule rejects a size 0, the symbolic replay decides (a route here)
     sin = guardsolve.trace(lambda x: x.sin(), torch.randn(3, 8))
     replay = LocalReplay.of(sin)
-    got = replay(zero, _inputs_at(sin, zero))
+    got = replay(zero, inputs_at(sin, zero))
     assert got is not None and got[0] == "same" and replay.stopped == 0
     gs = guardsolve.simplify(t)
     assert gs.exploration.stopped >= 1 and not gs.check(torch.randn(0, 8)) and gs.check(torch.randn(1, 8))

@@ -18,7 +18,7 @@ import guardsolve
 from guardsolve.cli import main
 from guardsolve.errors import GuardsolveError, UnsatisfiableGuardsError
 from guardsolve.ir.ops import Op
-from guardsolve.solve import simplify as simplify_module
+from guardsolve.solve import partwise
 from guardsolve.solve.parallel import _child, available_jobs, can_fork, default_jobs, map_forked
 from guardsolve.testing import accepts, pieces_guard_graph
 
@@ -67,13 +67,13 @@ def test_a_contradiction_in_a_forked_part_names_the_same_bailouts() -> None:
 def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """(parts, jobs) of each `map_forked` call simplify makes from here on."""
     calls: list[tuple[int, int]] = []
-    real = simplify_module.map_forked
+    real = partwise.map_forked
 
     def spy(fn, items, jobs):
         calls.append((len(items), jobs))
         return real(fn, items, jobs)
 
-    monkeypatch.setattr(simplify_module, "map_forked", spy)
+    monkeypatch.setattr(partwise, "map_forked", spy)
     return calls
 
 
@@ -81,7 +81,7 @@ def test_small_graphs_stay_in_this_process(asked: list[tuple[int, int]], monkeyp
     guardsolve.simplify(scale_guard_graph(300))
     assert [j for _, j in asked] == [1]
     monkeypatch.setenv("GUARDSOLVE_JOBS", "2")
-    big = scale_guard_graph(simplify_module.PARALLEL_MIN_BAILOUTS * 2)
+    big = scale_guard_graph(partwise.PARALLEL_MIN_BAILOUTS * 2)
     guardsolve.simplify(big)
     assert asked[-1][1] == default_jobs()
     if threading.active_count() == 1:  # NOTE: a thread left by another test keeps it at 1
@@ -200,7 +200,7 @@ def test_off_linux_or_in_a_daemon_the_items_run_here(monkeypatch: pytest.MonkeyP
 def test_other_threads_keep_the_default_in_this_process(asked: list[tuple[int, int]],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GUARDSOLVE_JOBS", "2")
-    big = scale_guard_graph(simplify_module.PARALLEL_MIN_BAILOUTS * 2)
+    big = scale_guard_graph(partwise.PARALLEL_MIN_BAILOUTS * 2)
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()

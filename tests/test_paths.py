@@ -1,4 +1,4 @@
-"""Guards exact to the trace: the routes that record the same trace are merged (solve/paths.py).
+"""Guards exact to the trace: the routes that record the same trace are merged (solve/explore/).
 
 The oracle everywhere: at a perturbed input where eager runs, a fresh trace records the same
 trace (`tracer.difference`) exactly when the guards accept it; where the guards accept, the
@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 
 import guardsolve
 from guardsolve.solve.disjoin import IntSet, clauses_text
-from guardsolve.solve.paths import prove_union
+from guardsolve.solve.explore import prove_union
 from guardsolve.testing import boundary_variants, examples, residual_block as _Block
 from guardsolve.trace.replay import compile_replay
 from guardsolve.trace.tracer import difference
@@ -370,7 +370,7 @@ def test_a_resnet_traced_at_batch_1_accepts_batch_2_found_on_the_far_side_of_its
 
 
 def test_a_run_budget_probes_the_far_sides_and_the_0s_and_1s_first_and_says_what_it_left() -> None:
-    from guardsolve.solve.paths import SMALL_TRACE
+    from guardsolve.solve.explore import SMALL_TRACE
     from guardsolve.solve.simplify import merge_paths
 
     # NOTE: two residual blocks before the resnet: more than SMALL_TRACE nodes, whose run
@@ -394,7 +394,7 @@ def test_a_small_traces_run_budget_goes_on_while_every_probe_finds_a_route() -> 
     budget (ROUTE_PROBES more runs per route): `torch.masked.var`'s 20 points are 20 routes,
     merged whole with a budget of 0 runs past the first points. The resnet's probes find
     routes and rejections: its budget holds."""
-    from guardsolve.solve.paths import SMALL_TRACE
+    from guardsolve.solve.explore import SMALL_TRACE
     from guardsolve.solve.simplify import merge_paths
 
     t = guardsolve.trace(lambda x: torch.masked.var(x, mask=None), torch.randn(5, 5, 5))

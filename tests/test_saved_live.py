@@ -29,7 +29,7 @@ import pytest
 import torch
 
 import guardsolve
-from guardsolve.solve.paths import ROUTE_WHY, prove_union
+from guardsolve.solve.explore import ROUTE_WHY, prove_union
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

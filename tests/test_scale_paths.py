@@ -13,9 +13,10 @@ import z3
 import guardsolve
 from guardsolve.errors import UnsatisfiableGuardsError
 from guardsolve.guards.normalize import normalize, outline
-from guardsolve.solve import simplify as simplify_module
+from guardsolve.solve import partwise
 from guardsolve.solve.constraint import DimOrder
-from guardsolve.solve.simplify import Simplifier, parts
+from guardsolve.solve.parts import parts
+from guardsolve.solve.simplifier import Simplifier
 from guardsolve.guards.shape import value_bailouts
 from guardsolve.testing import pieces_guard_graph, random_guard_graph
 
@@ -110,7 +111,7 @@ def _whole_and_parts(g: Graph) -> tuple[object, object]:
             return str(e)
         return [(c.kind, c.text, sorted(c.prov), c.dims) for c in out], sorted(implied), list(undecided)
 
-    return summary(Simplifier(g, 5000, norm).run), summary(lambda: simplify_module._run(g, outline(g), 5000)[:3])
+    return summary(Simplifier(g, 5000, norm).run), summary(lambda: partwise._run(g, outline(g), 5000)[:3])
 
 
 def test_parts_simplify_alone_to_what_the_whole_graph_gives_them() -> None:
@@ -171,8 +172,8 @@ def test_components_simplify_alone_to_what_the_whole_graph_gives_them() -> None:
             return ([(c.kind, c.text, sorted(c.prov), c.dims) for c in out], sorted(implied), list(undecided),
                     list(tautologies))
 
-        got = summary(lambda: simplify_module._run(g, lay, 5000))
-        assert got == summary(lambda: simplify_module._whole(g, 5000, DimOrder(norm.dims), 1))
+        got = summary(lambda: partwise._run(g, lay, 5000))
+        assert got == summary(lambda: partwise._whole(g, 5000, DimOrder(norm.dims), 1))
         one = summary(lambda: (*Simplifier(g, 5000, normalize(g)).run(), normalize(g).tautologies))
         if isinstance(one, str):
             errors += 1

@@ -473,7 +473,7 @@ def test_complexity_of_each_formula_shape() -> None:
     """The measure behind the removal order: a monomial costs 1 + 3 per factor, a division 5 more
     plus its numerator and denominator, a connective 2 plus its arguments."""
     from guardsolve.guards.expr import Poly, conj, disj, divide
-    from guardsolve.solve.simplify import complexity
+    from guardsolve.solve.atom_kind import complexity
 
     x, y = Poly.var("x"), Poly.var("y")
     assert complexity(rel("le", x, Poly.const(2))) == 5                       # x - 2 <= 0: 4 + 1
@@ -659,18 +659,18 @@ def test_layer_equalities_come_back_with_what_is_implied_so_far() -> None:
     ("2 * x <= y", ("general",)),
 ])
 def test_classify_names_the_layer_of_each_atom(text: str, kind: tuple) -> None:
-    from guardsolve.solve.simplify import classify
+    from guardsolve.solve.atom_kind import classify
 
     assert classify(_f(text)) == kind
 
 
 def test_simplify_hands_the_trace_example_to_z3_stage(monkeypatch: pytest.MonkeyPatch) -> None:
     """A trace's example sizes replace z3's first model (see the reduce_component example test)."""
-    import guardsolve.solve.simplify as simplify_module
+    import guardsolve.solve.simplifier as simplifier_module
 
     seen: list[object] = []
-    real = simplify_module.reduce_component
-    monkeypatch.setattr(simplify_module, "reduce_component",
+    real = simplifier_module.reduce_component
+    monkeypatch.setattr(simplifier_module, "reduce_component",
                         lambda *a, **k: seen.append(a[7] if len(a) > 7 else k.get("example")) or real(*a, **k))
     gs = simplify(guardsolve.trace(lambda x: x.reshape(-1, 2), torch.ones(6)), explore=False)
     assert seen == [{"x0": 6}]

@@ -286,7 +286,7 @@ def export_checked(gs: GuardSet, info: ReportInfo, trace: Any) -> Any:
     """The --export-check: the --dynamic spec through torch.export, at example inputs of the
     spec's example sizes, made from the traced inputs (their dtypes and values, resized)."""
     from guardsolve.pytorch.export_check import ExportCheckError, check_with_export
-    from guardsolve.solve.paths import resized
+    from guardsolve.solve.explore.probes import resized
 
     if not info.dynamic:
         raise ExportCheckError("--export-check checks the --dynamic spec: give --dynamic DIM")
