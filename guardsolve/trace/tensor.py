@@ -32,7 +32,7 @@ from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Args, Kwargs, Op, OpName
 from guardsolve.guards.rules import takes_device
 from guardsolve.guards.symbolic import Recorder, SymGuard, recorded_answer
-from guardsolve.trace.state import is_state
+from guardsolve.trace.state.active import is_state
 
 
 _aten = torch.ops.aten

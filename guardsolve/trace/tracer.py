@@ -34,7 +34,7 @@ from guardsolve.guards.pytorch import meta_input
 from guardsolve.guards.rules import RuleCache
 from guardsolve.guards.symbolic import Recorder, SymGuard, call_user
 from guardsolve.trace.local import Recorded
-from guardsolve.trace.state import paused
+from guardsolve.trace.state.active import paused
 from guardsolve.trace.why import Why, node_loc, node_op
 from guardsolve.trace.plain import PLAIN
 from guardsolve.trace.static import StaticGuard, layout_guard, tensor_guards
