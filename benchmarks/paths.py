@@ -154,7 +154,7 @@ def judge(kind: str, name: str, fn: Callable[..., Any], inputs: tuple[Any, ...],
     import guardsolve
     from guardsolve.testing import boundary_variants
     from guardsolve.trace.identity import same_but_identities
-    from guardsolve.trace.tracer import difference
+    from guardsolve.trace.divergence import difference
 
     tally = Tally(kind, name)
     try:

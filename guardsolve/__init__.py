@@ -28,7 +28,7 @@ _EXPORTS: dict[str, str] = {
     "Op": "guardsolve.ir.ops", "Type": "guardsolve.ir.ops",
     "print_guards": "guardsolve.ir.printer",
     "run_trace": "guardsolve.trace.replay",
-    "Trace": "guardsolve.trace.tracer", "trace": "guardsolve.trace.tracer",
+    "Trace": "guardsolve.trace.record", "trace": "guardsolve.trace.tracer",
     "Certificate": "guardsolve.solve.certify", "GuardSet": "guardsolve.solve.guardset",
     "simplify": "guardsolve.solve.simplify",
     "CacheInfo": "guardsolve.jit.cache", "GuardedFunction": "guardsolve.jit.cache", "guarded": "guardsolve.jit.cache",
@@ -86,4 +86,5 @@ if TYPE_CHECKING:
     from guardsolve.solve.guardset import GuardSet
     from guardsolve.solve.simplify import simplify
     from guardsolve.trace.replay import run_trace
-    from guardsolve.trace.tracer import Trace, trace
+    from guardsolve.trace.record import Trace
+    from guardsolve.trace.tracer import trace

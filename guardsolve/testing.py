@@ -297,7 +297,8 @@ def exactness_failures(fn: Callable[..., Any], inputs: tuple[Any, ...], *, count
     bounds), and an arbitrary op's sizes must not crash the process that sweeps them."""
     from guardsolve.ir.printer import print_guards
     from guardsolve.solve.simplify import simplify
-    from guardsolve.trace.tracer import difference, trace
+    from guardsolve.trace.divergence import difference
+    from guardsolve.trace.tracer import trace
 
     t = trace(fn, *inputs)
     gs = simplify(t, explore=explore)

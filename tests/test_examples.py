@@ -62,7 +62,7 @@ def test_example_programs_against_eager_and_exact(name: str, factory: str, shape
     import torch
 
     import guardsolve
-    from guardsolve.trace.tracer import difference
+    from guardsolve.trace.divergence import difference
 
     module = _load(name)
     target = getattr(module, factory)

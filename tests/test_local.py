@@ -17,7 +17,8 @@ import torch
 import guardsolve
 from guardsolve.solve.explore import inputs_at, prove_union
 from guardsolve.trace.local import LocalReplay
-from guardsolve.trace.tracer import trace_once, difference
+from guardsolve.trace.tracer import trace_once
+from guardsolve.trace.divergence import difference
 
 CONV = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
                            torch.nn.MaxPool2d(2)).eval()

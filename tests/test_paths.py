@@ -22,7 +22,7 @@ from guardsolve.solve.disjoin import IntSet, clauses_text
 from guardsolve.solve.explore import prove_union
 from guardsolve.testing import boundary_variants, examples, residual_block as _Block
 from guardsolve.trace.replay import compile_replay
-from guardsolve.trace.tracer import difference
+from guardsolve.trace.divergence import difference
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -304,7 +304,7 @@ def _resnet18_saved_is_live(width: int) -> None:
     Both were sound (at those sizes a fresh trace records the same trace and its values are
     eager's); the text's exploration now spends the same trace's run budget: the same guards,
     and the same answer at every batch-0 size."""
-    from guardsolve.trace.tracer import difference
+    from guardsolve.trace.divergence import difference
 
     torch.manual_seed(0)
     m = ResNet18(width).eval()

@@ -19,7 +19,8 @@ from guardsolve.cli.args import parse_dtypes, parse_shape, parse_values
 from guardsolve.errors import GuardsolveError
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.node import short_path
-from guardsolve.trace.tracer import parameter_names, trace
+from guardsolve.trace.record import parameter_names
+from guardsolve.trace.tracer import trace
 
 
 class TargetError(GuardsolveError):

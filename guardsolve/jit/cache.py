@@ -68,7 +68,8 @@ from guardsolve.trace.replay import compile_replay
 from guardsolve.trace.state import StateCheck, reachable_generators, reachable_grad, reachable_tensors, recording
 from guardsolve.trace.static import (StaticGuard, autocast_guard, autocast_state, global_modes, is_static_value, state_guards,
                                      value_guard, value_key)
-from guardsolve.trace.tracer import Trace, is_traced, trace, tracing
+from guardsolve.trace.record import Trace
+from guardsolve.trace.tracer import is_traced, trace, tracing
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 

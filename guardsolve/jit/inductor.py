@@ -58,7 +58,7 @@ from guardsolve.solve.smt import Vars, limit
 from guardsolve.solve.tograph import emit_bailout
 from guardsolve.trace.replay import replay_lines
 from guardsolve.trace.static import StaticGuard
-from guardsolve.trace.tracer import Ref, Trace
+from guardsolve.trace.record import OutRef, Trace
 
 try:  # NOTE: PyTorch internals this backend rests on (torch 2.13); named when they move
     import torch.fx.experimental._config as _fx_config
@@ -97,7 +97,7 @@ _WHY: tuple[tuple[str, str], ...] = (
 
 
 def _unique_refs(spec: Any, out: list[str]) -> list[str]:
-    if isinstance(spec, Ref):
+    if isinstance(spec, OutRef):
         if spec.name not in out:
             out.append(spec.name)
     elif isinstance(spec, (tuple, list)):
@@ -115,7 +115,7 @@ def flat_program(t: Trace) -> tuple[Callable[..., Any], list[str], list[str], li
     inputs = [n.params["name"] for n in t.graph.placeholders()]
     consts = list(t.constants)
     outs = _unique_refs(t.out_spec, [])
-    body, ns = replay_lines(t.graph, tuple(Ref(n) for n in outs))
+    body, ns = replay_lines(t.graph, tuple(OutRef(n) for n in outs))
     src = "\n".join([f"def program({', '.join(inputs + consts)}):"] + [f"    {b}" for b in body])
     exec(compile(src, "<guardsolve inductor program>", "exec"), ns)
     return ns["program"], inputs, consts, outs

@@ -262,7 +262,7 @@ class Plan:
         names canonical (inputs `a0, a1, ...`, constants `c0, ...`, values `t...`): the same
         ops on the same constants give the same text in every trace (a segment shared by two
         paths is compiled once)."""
-        from guardsolve.trace.tracer import Ref
+        from guardsolve.trace.record import OutRef
 
         nodes = [self.trace.graph.nodes[i] for i in self.runs[k]]
         names = {x: f"a{j}" for j, x in enumerate(self.ins[k])}
@@ -271,7 +271,7 @@ class Plan:
             for o in n.outputs:
                 names.setdefault(o, f"t{len(names)}")
         renamed = [_renamed(n, names) for n in nodes]
-        body, sub_ns = replay_lines(Graph(renamed), tuple(Ref(names[o]) for o in self.outs[k]))
+        body, sub_ns = replay_lines(Graph(renamed), tuple(OutRef(names[o]) for o in self.outs[k]))
         ns.update(sub_ns)
         ns["__key__"] = "\n".join([*map(str, renamed), ", ".join(names[o] for o in self.outs[k])])
         params = [names[x] for x in self.ins[k] + self._consts(k)]

@@ -4,8 +4,8 @@ Nothing here imports Inductor's compiler, sympy or the tracer: a process that on
 entries (`jit/store.py`) builds its variants from this module, and `jit/inductor.py` (the
 compiler side) builds them from it too.
 
->>> from guardsolve.trace.tracer import Ref
->>> r = runner(lambda a, c: [a * c], ["a"], [torch.full((1,), 3.0)], ["v0"], (Ref("v0"), 1))
+>>> from guardsolve.trace.record import OutRef
+>>> r = runner(lambda a, c: [a * c], ["a"], [torch.full((1,), 3.0)], ["v0"], (OutRef("v0"), 1))
 >>> r(torch.ones(1))
 (tensor([3.]), 1)
 """
@@ -97,8 +97,8 @@ def runner(artifact: Callable[..., Any], inputs: Sequence[str], consts: Sequence
     function's output structure. `boxed`: the artifact takes one list (Inductor's own calling
     convention, `direct_call`).
 
-    >>> from guardsolve.trace.tracer import Ref
-    >>> r = runner(lambda a, c: [a + c], ["a"], [torch.ones(1)], ["v0"], {"y": Ref("v0")})
+    >>> from guardsolve.trace.record import OutRef
+    >>> r = runner(lambda a, c: [a + c], ["a"], [torch.ones(1)], ["v0"], {"y": OutRef("v0")})
     >>> r(torch.ones(1))
     {'y': tensor([2.])}
     """

@@ -22,7 +22,7 @@ from guardsolve.solve.explore.budget import run_budget
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.parallel import default_jobs
 from guardsolve.trace.gcpause import paused_gc
-from guardsolve.trace.tracer import Trace
+from guardsolve.trace.record import Trace
 from guardsolve.solve.explore.merge_paths import merge_paths
 from guardsolve.solve.partwise import simplify_graph
 from guardsolve.solve.readable_set import readable_guards

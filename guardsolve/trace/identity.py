@@ -140,7 +140,7 @@ def _canonical(t: Any, skip: Mapping[str, str]) -> tuple[list[Any], Any] | None:
                 canon[o] = (key, j)
     from torch.utils._pytree import tree_map
 
-    from guardsolve.trace.tracer import Ref as OutRef
+    from guardsolve.trace.record import OutRef
 
     try:
         spec = tree_map(lambda x: canon[x.name] if isinstance(x, (OutRef, Ref)) else x, t.out_spec)

@@ -56,9 +56,9 @@ def live_names(graph: Graph, roots: set[str], keep: set[int]) -> set[str]:
 
 
 def spec_refs(spec: Any) -> set[str]:
-    from guardsolve.trace.tracer import Ref
+    from guardsolve.trace.record import OutRef
 
-    if isinstance(spec, Ref):
+    if isinstance(spec, OutRef):
         return {spec.name}
     if isinstance(spec, (tuple, list)):
         return set().union(*(spec_refs(x) for x in spec)) if spec else set()
@@ -68,9 +68,9 @@ def spec_refs(spec: Any) -> set[str]:
 
 
 def spec_source(spec: Any, consts: dict[str, Any]) -> str:
-    from guardsolve.trace.tracer import Ref
+    from guardsolve.trace.record import OutRef
 
-    if isinstance(spec, Ref):
+    if isinstance(spec, OutRef):
         return spec.name
     if isinstance(spec, tuple):
         items = "(" + "".join(spec_source(x, consts) + ", " for x in spec) + ")"
@@ -213,9 +213,9 @@ def run_trace(graph: Graph, *args: Any, constants: Mapping[str, Any] | None = No
 
 def _build(spec: Any, env: Mapping[str, Any]) -> Any:
     """The output structure of a trace, from `Ref`s into the values of a run."""
-    from guardsolve.trace.tracer import Ref
+    from guardsolve.trace.record import OutRef
 
-    if isinstance(spec, Ref):
+    if isinstance(spec, OutRef):
         return env[spec.name]
     if isinstance(spec, (tuple, list)):
         return type(spec)(_build(x, env) for x in spec)

@@ -14,124 +14,27 @@ i3 = int_eq(a0, i2)
 
 from __future__ import annotations
 
-import inspect
 import dis
 import os
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
-
 import torch
-from torch.utils._pytree import tree_map
-
 from guardsolve.errors import EagerError, GuardsolveError, TraceError, UnsupportedOpError, eager_error
 from guardsolve.ir.graph import Graph
-from guardsolve.ir.ops import Op
-from guardsolve.ir.signature import Param, dim_names
+from guardsolve.ir.signature import dim_names
 from guardsolve.trace.gcpause import paused_gc
-from guardsolve.guards.pytorch import meta_input
 from guardsolve.guards.rules import RuleCache
-from guardsolve.guards.symbolic import Recorder, SymGuard, call_user
+from guardsolve.guards.symbolic import Recorder, call_user
 from guardsolve.trace.local import Recorded
-from guardsolve.trace.state.active import paused
-from guardsolve.trace.why import Why, node_loc, node_op
+from guardsolve.trace.why import node_loc
 from guardsolve.trace.plain import PLAIN
-from guardsolve.trace.static import StaticGuard, layout_guard, tensor_guards
-from guardsolve.trace.tensor import TracedTensor, TracingMode, PresentsAsTracing, dtype_name, symint
-
-
-@dataclass
-class Trace:
-    """A recorded trace: the tensor-trace `graph`, the guard graph recorded alongside it, and the
-    concrete `output` of the run.
-
-    `constants` are the tensors the trace uses that are not inputs (module parameters,
-    captured tensors), by their `var_param` name; `out_spec` is the output structure with
-    `Ref(name)` in place of each traced value; `static` what the trace assumed besides sizes
-    (each tensor input's dtype, device, layout, requires_grad, its strides where the trace
-    observed them), checked before the size guards.
-    """
-
-    graph: Graph
-    output: Any
-    signature: tuple[Param, ...]
-    fn: Callable[..., Any] | None = None
-    constants: dict[str, torch.Tensor] = field(default_factory=dict)
-    out_spec: Any = None
-    guards: Graph | None = None
-    static: tuple[StaticGuard, ...] = ()
-    notes: tuple[str, ...] = ()
-    opaque: bool = False  # the output holds traced values inside objects a replay cannot rebuild
-    # NOTE: the example inputs themselves, so that `simplify` can trace again at other sizes
-    # (`solve.paths`); `guarded` drops them once its entry is made
-    inputs: tuple[Any, ...] | None = field(default=None, repr=False)
-    value_guards: bool = False
-    # NOTE: the calls and guard graph as recorded, for probes that replay single calls
-    # (`trace.local`); dropped with `inputs`
-    recorded: Any = field(default=None, repr=False)
-    seconds: float = 0.0  # NOTE: how long `trace` took (exploring other routes is budgeted against it)
-    # NOTE: why a replay cannot give eager's values (a random op after a reseed inside the
-    # function); `guarded` serves such a call from the trace's own run and keeps no entry
-    unreplayable: str | None = None
-    # NOTE: an op that ran in the other grad mode than the call's (`torch.no_grad()` inside), in
-    # words: a training variant, one joint graph, would differentiate through it
-    grad_switch: str | None = None
-    # NOTE: an eager output was copied into its shape rule's strides while tracing: the trace's
-    # own outputs hold eager's values, maybe not its layout (`guarded` replays such a call)
-    relaid: bool = False
-
-    def __repr__(self) -> str:
-        """Short: what was traced and at which shapes, not the output tensor.
-
-        >>> import torch
-        >>> trace(lambda a, b: a + b, torch.ones(4), torch.ones(4))
-        <Trace of <lambda> at a=[4], b=[4]: 3 nodes, 4 bailouts>
-        """
-        name = getattr(self.fn, "__name__", None) or type(self.fn).__name__ if self.fn is not None else "a graph"
-        shapes = ", ".join(f"{p.name}={list(v.shape)}" if isinstance(v, torch.Tensor) else f"{p.name}={v}"
-                           for p, v in zip(self.signature, self.inputs or ())) if self.inputs else \
-            ", ".join(f"{p.name}" for p in self.signature)
-        bailouts = len(self.guards.bailouts()) if self.guards is not None else 0
-        return f"<Trace of {name} at {shapes}: {len(self.graph)} nodes, {bailouts} bailouts>"
-
-    def guard_graph(self) -> Graph:
-        """The guard graph: the one recorded while tracing (equal to `guard_graph(self.graph)`)."""
-        if self.guards is not None:
-            return self.guards
-        from guardsolve.guards.shape import guard_graph
-
-        return guard_graph(self.graph)
-
-
-def parameter_names(fn: Callable[..., Any], n: int) -> list[str]:
-    """The names of fn's first `n` positional parameters (`*args` become `args_0`, ...; a
-    builtin without a signature, `torch.cov`, takes `*args`).
-
-    >>> parameter_names(torch.cov, 1), parameter_names(lambda x, *ys: x, 3)
-    (['args_0'], ['x', 'ys_0', 'ys_1'])
-    """
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):  # NOTE: no signature to read: whatever it takes, by position
-        return [f"args_{i}" for i in range(n)]
-    names: list[str] = []
-    for p in params:
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            names.append(p.name)
-        elif p.kind is p.VAR_POSITIONAL:
-            names.extend(f"{p.name}_{i}" for i in range(n - len(names)))
-    if len(names) < n:
-        raise TraceError(f"{getattr(fn, '__name__', fn)} takes {len(names)} positional arguments, "
-                         f"but {n} example inputs were given")
-    return names[:n]
-
-
-@dataclass(frozen=True)
-class Ref:
-    """A traced value's name inside `Trace.out_spec`."""
-
-    name: str
+from guardsolve.trace.static import layout_guard, tensor_guards
+from guardsolve.trace.tensor import TracedTensor, TracingMode, PresentsAsTracing
+from guardsolve.trace.divergence import Diverged, same_node
+from guardsolve.trace.inputs import placeholder, strides_decided_on
+from guardsolve.trace.outputs import concrete_objects, module_names_of, scrub, spec, unwrap
+from guardsolve.trace.record import Trace, parameter_names
 
 
 def trace(fn: Callable[..., Any], *example_inputs: Any, value_guards: bool = False,
@@ -242,88 +145,6 @@ def _eager_failure(fn: Callable[..., Any], example_inputs: tuple[Any, ...]) -> E
     return None
 
 
-class Diverged(Exception):
-    """A trace run against an expected one (`trace_once(..., expect=)`) recorded another node:
-    said by the user's line and op first, the trace's own nodes after (`why`)."""
-
-    def __init__(self, index: int, found: Any, expected: Any, loc: Any = None) -> None:
-        self.index, self.found, self.expected = index, found, expected
-        self.loc = loc if loc is not None else (found.meta.get("loc") if found.meta else None)
-        op = node_op(found)
-        at = f"{self.loc}: " if self.loc is not None else ""
-        tail = f" where the trace has `{expected}`" if expected is not None else " past the trace's end"
-        self.why = Why(f"records another trace from {at}{op} records `{found}`{tail} (trace line {index + 1})",
-                       self.loc, op)
-        super().__init__(self.why.text)
-
-
-def same_node(a: Any, b: Any) -> bool:
-    """Are two trace nodes the same, the example values of inputs aside (a placeholder's
-    `shape`, an int argument's `val`)?"""
-    if a.op is not b.op or a.inputs != b.inputs or a.outputs != b.outputs:
-        return False
-    if a.op is Op.VAR_PLACEHOLDER or a.op is Op.INT_ARG:
-        return {k: v for k, v in a.params.items() if k not in ("shape", "val")} == \
-            {k: v for k, v in b.params.items() if k not in ("shape", "val")}
-    return a.params == b.params
-
-
-def difference(t: Trace, u: Trace) -> Why | None:
-    """Why `u` is not the same trace as `t` (None when it is): its nodes (example values of
-    inputs aside, `same_node`), its output structure, its static guards; the first node that
-    differs is named by its user line and op.
-
-    >>> import torch
-    >>> f = lambda x: x.sin()
-    >>> difference(trace(f, torch.ones(3, 4)), trace(f, torch.ones(1, 4))) is None
-    True
-    >>> g = lambda x: x.sin() if x.shape[0] > 2 else x
-    >>> why = difference(trace(g, torch.ones(3, 4)), trace(g, torch.ones(1, 4)))
-    >>> print(why)  # the user's line, the op, then the trace's own nodes
-    records another trace from <doctest ...>:1  g = lambda x: x.sin() if x.shape[0] > 2 else x: the program's own \
-test of a size records `bool_bailout(i2, expect=False)` where the trace has `bool_bailout(i2, expect=True)` (trace line 6)
-    """
-    nodes = u.graph.nodes
-    for i, (a, b) in enumerate(zip(nodes, t.graph.nodes)):
-        if not same_node(a, b):
-            return Diverged(i, a, b, node_loc(nodes, i)).why
-    if len(nodes) != len(t.graph.nodes):
-        short, more = (u, t) if len(nodes) < len(t.graph.nodes) else (t, u)
-        i = len(short.graph.nodes)
-        extra = more.graph.nodes[i]
-        loc = node_loc(more.graph.nodes, i)
-        which = "the trace's" if more is t else "its"
-        at = f" at {loc}" if loc is not None else ""
-        return Why(f"records another trace: {len(nodes)} nodes where the trace has {len(t.graph.nodes)}; "
-                   f"{which} first extra node is {node_op(extra)}{at}: `{extra}`", loc, node_op(extra))
-    if not _same_spec(u.out_spec, t.out_spec):
-        return Why("records another trace: another output structure")
-    if [g.text for g in u.static] != [g.text for g in t.static]:
-        return Why("records another trace: another memory layout")
-    if u.opaque != t.opaque:
-        return Why("records another trace: output objects a replay cannot rebuild")
-    if (u.unreplayable is None) != (t.unreplayable is None):
-        return Why(f"records another trace: {u.unreplayable or t.unreplayable}")
-    return None
-
-
-def _same_spec(a: Any, b: Any) -> bool:
-    """Equal output structures (`Ref`s and constants; constant tensors compared by value)."""
-    from torch.utils._pytree import tree_flatten
-
-    (la, sa), (lb, sb) = tree_flatten(a), tree_flatten(b)
-    if sa != sb or len(la) != len(lb):
-        return False
-    for x, y in zip(la, lb):
-        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
-            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
-                    and x.dtype == y.dtype and torch.equal(x, y)):
-                return False
-        elif type(x) is not type(y) or x != y:
-            return False
-    return True
-
-
 class _Expecting(Graph):
     """A trace graph that stops the trace (`Diverged`) at its first node that differs from
     `expect`'s: a trace at other sizes that takes another route is known for another as soon
@@ -396,7 +217,7 @@ def _record(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guard
     strided: dict[str, str] = {}
     args = [placeholder(rec, p, v, strided) for p, v in zip(signature, example_inputs)]
     rec.depth -= 1
-    mode = TracingMode(rec, _module_names(fn))
+    mode = TracingMode(rec, module_names_of(fn))
     # NOTE: below autograd, a CompositeImplicit op (`lstm`, `batch_norm`, `linear`) reaches the
     # mode whole instead of as its decomposition: its eager value comes from the kernel eager
     # dispatches to, and its decomposition runs on meta tensors only, for shapes and guards
@@ -415,11 +236,11 @@ def _record(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guard
     finally:
         notes = scrub(fn)  # NOTE: also when the trace raises: the user's objects stay usable
         rec.rules.close()
-    opaque = _concrete_objects(result, notes)
+    opaque = concrete_objects(result, notes)
     out_spec = spec(result, rec)
     graph.meta["out_spec"] = out_spec
     observed = rec.layout_observed or rec.strides_read
-    pinned = _strides_decided_on(rec.guards, strided)
+    pinned = strides_decided_on(rec.guards, strided)
     static += [layout_guard(p.name, v, rec.strides_read) for p, v in zip(signature, example_inputs)
                if p.kind == "tensor" and (observed or p.name in pinned)]
     recorded = Recorded.of(rec) if rec.calls is not None else None
@@ -431,72 +252,6 @@ def _record(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guard
                  grad_switch=mode.grad_switch, relaid=rec.relaid)
 
 
-def placeholder(rec: Recorder, p: Param, value: Any, strided: dict[str, str] | None = None) -> Any:
-    """The traced stand-in for one input: a TracedTensor over symbolic sizes, or a SymInt.
-    `strided` collects the guard-graph names of a non-contiguous input's strides (see
-    `_own_layout`)."""
-    if p.kind == "int":
-        assert rec.trace is not None
-        rec.trace.emit(Op.INT_ARG, (), out=p.name, name=p.name, val=int(value))
-        return symint(rec.input_dim(p.name, int(value), Op.INT_ARG, None, 0))
-    if rec.trace is not None:
-        rec.trace.emit(Op.VAR_PLACEHOLDER, (), out=p.name, name=p.name, rank=p.rank, shape=tuple(value.shape),
-                       dtype=dtype_name(value.dtype))
-    meta = meta_input(rec, p, value.shape, value.dtype)
-    if not value.is_contiguous() or value.storage_offset() != 0:
-        meta = _own_layout(rec, p.name, meta, value, strided)
-    if rec.trace is None:
-        return meta
-    real = value.detach() if value.requires_grad else value
-    # NOTE: user code may ask (`if x.requires_grad`); the eager tensor itself stays detached
-    return TracedTensor(real, meta, p.name, rec, requires_grad=value.requires_grad)
-
-
-def _own_layout(rec: Recorder, name: str, meta: torch.Tensor, value: torch.Tensor,
-                strided: dict[str, str] | None) -> torch.Tensor:
-    """`meta` with the input's own storage offset and, when it is not contiguous, its own strides.
-
-    NOTE: a transposed or sliced input is not traced as if it were contiguous: its strides are
-    constants of the trace. Each is a guard-graph node of its own (not the shared constant), so
-    a decision that reads one (PyTorch's contiguity rule, an output's layout) is a bailout over
-    it, and `_strides_decided_on` finds the inputs whose strides the trace must pin. Folded
-    into a shared constant, `i.contiguous()` on a strided `i` left only size guards behind, and
-    a contiguous input (which `contiguous()` does not copy) passed them. The storage offset is
-    the input's own, so that `x.storage_offset()` reads what eager reads.
-    """
-    strides: Any = meta.stride()
-    if not value.is_contiguous():
-        strides = []
-        for i, st in enumerate(value.stride()):
-            g = rec.guards.emit(Op.INT_CONST, (), val=st)
-            if strided is not None:
-                strided[g] = name
-            strides.append(torch.SymInt(SymGuard(rec, st, int, g, origin=(name, Op.VAR_STRIDE, i))))
-    rec.muted = True
-    try:
-        laid = torch.empty_strided(meta.shape, strides, dtype=value.dtype, device="meta")
-        return laid.as_strided(meta.shape, strides, value.storage_offset())
-    finally:
-        rec.muted = False
-
-
-def _strides_decided_on(guards: Graph, strided: dict[str, str]) -> set[str]:
-    """The inputs whose own strides (`strided`: guard-graph name -> input) some bailout reads."""
-    if not strided:
-        return set()
-    reads: dict[str, frozenset[str]] = {g: frozenset({name}) for g, name in strided.items()}
-    found: set[str] = set()
-    for n in guards.nodes:
-        got = frozenset().union(*(reads.get(a, frozenset()) for a in n.inputs))
-        if not got:
-            continue
-        if n.op is Op.BOOL_BAILOUT:
-            found |= got
-        for o in n.outputs:
-            reads[o] = got
-    return found
-
-
 def tracing() -> bool:
     """Is some trace running (in any thread)? Cheap: one read of a shared count."""
     return PresentsAsTracing._active[0] > 0
@@ -505,140 +260,3 @@ def tracing() -> bool:
 def is_traced(v: Any) -> bool:
     """Is `v` a value of a running trace (a traced tensor or a symbolic int)?"""
     return isinstance(v, TracedTensor) or (isinstance(v, (torch.SymInt, torch.SymBool)) and v.node.is_symbolic())
-
-
-def _owners(fn: Any) -> list[tuple[str, torch.nn.Module]]:
-    """The modules a traced call may write to: `fn`'s module tree (or its bound `self`'s)."""
-    root = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
-    if not isinstance(root, torch.nn.Module):
-        return []
-    with paused():  # NOTE: guardsolve's walk, not the program's reads
-        return list(root.named_modules(remove_duplicate=True))
-
-
-def scrub(fn: Any) -> list[str]:
-    """Concrete values in place of traced ones in the module attributes a traced call set.
-
-    `forward` may keep a size or a tensor it computed (transformers' Swin sets
-    `self.window_size = min(input_resolution)`); left traced, every later eager call of the
-    module fails. Each such attribute (in a list, tuple, dict or `torch.Size` too), and each
-    buffer replaced by a traced tensor, gets the value eager would have left there: the
-    example's. Returns one note per attribute changed.
-
-    >>> import torch
-    >>> class Keeps(torch.nn.Module):
-    ...     def forward(self, x):
-    ...         self.width = x.shape[-1]
-    ...         return x * 2
-    >>> m = Keeps()
-    >>> t = trace(m, torch.ones(2, 3))
-    >>> type(m.width), m.width
-    (<class 'int'>, 3)
-    >>> print(t.notes[0])
-    width: set during the trace to a traced value; holds its value at the example inputs (3)
-    """
-    notes: list[str] = []
-    for path, m in _owners(fn):
-        where = f"{path}." if path else ""
-        for key, value in list(m.__dict__.items()):
-            if key in ("_parameters", "_modules"):
-                continue
-            if key == "_buffers":
-                for b, t in list(value.items()):
-                    if isinstance(t, TracedTensor):
-                        value[b] = t.eager
-                        notes.append(f"{where}{b}: a buffer set during the trace to a traced tensor; holds its "
-                                     "value at the example inputs")
-                continue
-            if _holds_traced(value):
-                concrete = unwrap(value)
-                m.__dict__[key] = concrete
-                shown = " ".join((repr(concrete) if not isinstance(concrete, torch.Tensor)
-                                  else f"a {list(concrete.shape)} tensor").split())
-                notes.append(f"{where}{key}: set during the trace to a traced value; holds its value at the "
-                             f"example inputs ({shown if len(shown) <= 60 else shown[:57] + '...'})")
-    return notes
-
-
-def _concrete_objects(result: Any, notes: list[str]) -> bool:
-    """Concrete values in place of traced ones inside the output's objects that are not
-    containers (transformers' `DynamicCache`: its key and value tensors); True when there was
-    one. Such an output is the example's: a replay could not rebuild it, so `guarded` keeps no
-    entry for it."""
-    from torch.utils._pytree import tree_flatten
-
-    found = False
-    for leaf in tree_flatten(result)[0]:
-        if isinstance(leaf, (torch.Tensor, torch.SymInt, torch.SymBool, torch.SymFloat, int, float, bool, str,
-                             type(None))) or not hasattr(leaf, "__dict__"):
-            continue
-        if _concrete_in(leaf, 0):
-            found = True
-            notes.append(f"the output's {type(leaf).__name__} held traced values; it holds their values at the "
-                         "example inputs (a replay cannot rebuild it)")
-    return found
-
-
-def _concrete_in(obj: Any, depth: int) -> bool:
-    """Replace traced values in `obj`'s attributes (and in their lists, dicts and objects)."""
-    changed = False
-    for key, value in list(vars(obj).items()):
-        if _holds_traced(value):
-            setattr(obj, key, unwrap(value))
-            changed = True
-        elif depth < 3 and isinstance(value, (list, tuple)):
-            changed |= any([_concrete_in(v, depth + 1) for v in value if hasattr(v, "__dict__")
-                            and not isinstance(v, torch.Tensor)])
-        elif depth < 3 and hasattr(value, "__dict__") and not isinstance(value, (torch.Tensor, type)) \
-                and not callable(value):
-            changed |= _concrete_in(value, depth + 1)
-    return changed
-
-
-def _holds_traced(v: Any, depth: int = 0) -> bool:
-    if isinstance(v, TracedTensor):
-        return True
-    if isinstance(v, (torch.SymInt, torch.SymBool, torch.SymFloat)):
-        return isinstance(v.node, SymGuard)
-    if depth < 4 and isinstance(v, (list, tuple)):
-        return any(_holds_traced(x, depth + 1) for x in v)
-    if depth < 4 and isinstance(v, dict):
-        return any(_holds_traced(x, depth + 1) for x in v.values())
-    return False
-
-
-def _module_names(fn: Any) -> dict[int, str]:
-    if not isinstance(fn, torch.nn.Module):
-        return {}
-    with paused():  # NOTE: guardsolve's walk, not the program's reads
-        named = list(fn.named_parameters(remove_duplicate=True)) + list(fn.named_buffers(remove_duplicate=True))
-    return {id(t): name for name, t in named}
-
-
-def spec(v: Any, rec: Recorder) -> Any:
-    """The output structure with `Ref`s in place of traced tensors and symbolic ints."""
-
-    def ref(x: Any) -> Any:
-        if isinstance(x, TracedTensor):
-            return Ref(x.tname)
-        if isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat)) and x.node.is_symbolic():
-            return Ref(rec.t_name(x.node))
-        return x
-
-    return tree_map(ref, v)
-
-
-def unwrap(v: Any) -> Any:
-    """Replace traced values in an output structure by their concrete values."""
-
-    def concrete(x: Any) -> Any:
-        if isinstance(x, TracedTensor):
-            return x.eager
-        if isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat)):
-            return x.node.hint
-        if isinstance(x, torch.Size):
-            return torch.Size(concrete(s) for s in x)
-        return x
-
-    out = tree_map(concrete, v)
-    return torch.Size(out) if isinstance(v, torch.Size) else out

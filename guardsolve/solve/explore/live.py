@@ -13,7 +13,8 @@ from guardsolve.ir.ops import Op
 from guardsolve.ir.routes import Route
 from guardsolve.trace.identity import candidates, holding, same_but_identities
 from guardsolve.trace.local import LocalReplay, values_at
-from guardsolve.trace.tracer import Diverged, difference, trace_once
+from guardsolve.trace.divergence import Diverged, difference
+from guardsolve.trace.tracer import trace_once
 from guardsolve.solve.explore.probes import Outcome, inputs_at, inside_region, on_data, why_not
 from guardsolve.solve.explore.results import Exploration, Path
 from guardsolve.solve.explore.search import search_points

@@ -19,7 +19,7 @@ from guardsolve.solve.constraint import Constraint
 from guardsolve.solve.guardset import GuardSet, has_division
 from guardsolve.solve.tograph import emit_bailout
 from guardsolve.trace.gcpause import paused_gc
-from guardsolve.trace.tracer import Trace
+from guardsolve.trace.record import Trace
 from guardsolve.solve.partwise import simplify_graph
 from guardsolve.solve.readable_set import readable_guards
 from guardsolve.solve.simplifier import DEFAULT_TIMEOUT_MS

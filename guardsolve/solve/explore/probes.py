@@ -13,7 +13,7 @@ from guardsolve.ir.concrete import concrete_rules
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.interp import interpret
 from guardsolve.ir.ops import Op
-from guardsolve.trace.tracer import Diverged
+from guardsolve.trace.divergence import Diverged
 from guardsolve.trace.why import Why
 
 
