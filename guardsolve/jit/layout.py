@@ -257,10 +257,10 @@ def conv_formats() -> Any:
             return kinds.SlowTranspose2d
         return kinds.SlowDilated2d if any(d != 1 for d in kwargs.get("dilation", ())) else kinds.Slow2d
 
-    def fmt(input: Any, weight: Any, backend: Any) -> Any:
-        if backend not in ours or not _batch_free(input, weight):
-            return backend_format(input, weight, backend)
-        if backend == kinds.Empty:
+    def fmt(input: Any, weight: Any, kind: Any) -> Any:
+        if kind not in ours or not _batch_free(input, weight):
+            return backend_format(input, weight, kind)
+        if kind == kinds.Empty:
             return torch.contiguous_format
         cl = channels_last_strides(input.shape, input.stride()) or channels_last_strides(weight.shape, weight.stride())
         return torch.channels_last if cl else torch.contiguous_format
