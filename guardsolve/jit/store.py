@@ -299,7 +299,7 @@ class Store:
         write_atomic(os.path.join(self.folder, f"{key}-{vkey}.gse"), data)
         return None
 
-    def load(self, namespace: Mapping[str, Any]) -> list["Loaded"]:
+    def load(self, namespace: Mapping[str, Any]) -> list["LoadedEntry"]:
         """The entries of this fingerprint, each with the variants that load; the rest in `skipped`."""
         from guardsolve.jit.portable import restore_state
         from guardsolve.jit.variant import Variant, runner
@@ -341,7 +341,7 @@ class Store:
                         loaded=True, plain=bool(p.get("plain")), train=train, extra=extra)
             self.load_seconds.append(time.perf_counter() - start)
             if e is None:
-                e = entries[group] = Loaded(p["entry"], tuple(p["names"]), p["traced"], state=state,
+                e = entries[group] = LoadedEntry(p["entry"], tuple(p["names"]), p["traced"], state=state,
                                                  const_leaves=leaves)
             e.variants.append(v)
         return list(entries.values())
@@ -374,7 +374,7 @@ def _direct(p: Mapping[str, Any]) -> tuple[Callable[[list[Any]], Any] | None, st
 
 
 @dataclass
-class Loaded:
+class LoadedEntry:
     """One saved entry as loaded: its key, the arguments it was traced with, its variants."""
 
     key: str
