@@ -31,8 +31,8 @@ _EXPORTS: dict[str, str] = {
     "Trace": "guardsolve.trace.record", "trace": "guardsolve.trace.tracer",
     "Certificate": "guardsolve.solve.certify", "GuardSet": "guardsolve.solve.guardset",
     "simplify": "guardsolve.solve.simplify",
-    "CacheInfo": "guardsolve.jit.cache", "GuardedFunction": "guardsolve.jit.cache", "guarded": "guardsolve.jit.cache",
-    "Example": "guardsolve.jit.cache", "Served": "guardsolve.jit.cache",
+    "CacheInfo": "guardsolve.jit.entry", "GuardedFunction": "guardsolve.jit.cache", "guarded": "guardsolve.jit.cache",
+    "Example": "guardsolve.jit.warmup", "Served": "guardsolve.jit.served",
     "CompileReport": "guardsolve.pytorch.compile", "explain_compile": "guardsolve.pytorch.compile",
     "RecompileLog": "guardsolve.pytorch.recompiles", "watch_recompiles": "guardsolve.pytorch.recompiles",
     "export_spec": "guardsolve.pytorch.dynamic", "judge_dynamic": "guardsolve.pytorch.dynamic",
@@ -68,7 +68,10 @@ sys.modules[__name__].__class__ = _Package
 
 
 if TYPE_CHECKING:
-    from guardsolve.jit.cache import CacheInfo, Example, GuardedFunction, Served, guarded
+    from guardsolve.jit.entry import CacheInfo
+    from guardsolve.jit.warmup import Example
+    from guardsolve.jit.cache import GuardedFunction, guarded
+    from guardsolve.jit.served import Served
     from guardsolve.errors import (
         DataDependentError, GraphError, GuardFailure, GuardsolveError, ParseError, SolverError, TraceError,
         UnsatisfiableGuardsError, UnsupportedOpError, VerificationError,

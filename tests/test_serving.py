@@ -16,7 +16,9 @@ import torch
 
 import guardsolve
 from guardsolve.jit import progress
-from guardsolve.jit.cache import Entry, Example, _Miss
+from guardsolve.jit.entry import Entry
+from guardsolve.jit.warmup import Example
+from guardsolve.jit.misses import Miss
 
 
 def test_last_call_names_how_each_call_was_served() -> None:
@@ -135,7 +137,7 @@ def test_a_miss_whose_trace_fits_names_the_variant_check_that_failed() -> None:
     e.trace = types.SimpleNamespace()  # type: ignore[assignment]
     e.variants = (types.SimpleNamespace(guards=narrow),)
     y = torch.randn(5, 4)
-    miss = _Miss((e,), ("x",), (y,), {})
+    miss = Miss((e,), ("x",), (y,), {})
     e.variants = e.variants + (types.SimpleNamespace(guards=gs),)  # NOTE: compiled after the miss
     why = miss.reasons()[0]
     assert why.startswith("entry 0: its trace's guards hold; no compiled variant's check holds: variant 0: "), why
