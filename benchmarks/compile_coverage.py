@@ -96,18 +96,18 @@ def _line(e: BaseException) -> str:
 def second_inputs(entry: Any, values: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """All of fn's inputs with the traced ones at a second size the entry's trace guards accept
     (the largest within about twice the example z3 finds, else the smallest of sizes >= 1)."""
-    from guardsolve.jit import inductor
+    from guardsolve.jit.inductor import points
 
     t = entry.trace
     traced = list(range(len(values))) if entry.traced is None else list(entry.traced)
     tvals = tuple(values[i] for i in traced)
-    base = inductor._dims_at(t, tvals)
+    base = points._dims_at(t, tvals)
     fixed = {p.dims[0] for p in t.signature if p.kind == "int"}
-    points = [p for p in inductor._far_points(entry.guards, base, fixed, lambda d: True, 2000)
+    points = [p for p in points._far_points(entry.guards, base, fixed, lambda d: True, 2000)
               if all(n >= 1 for n in p.values())]
     if not points:
         return None
-    args = inductor._inputs_at(t, tvals, points[-1], torch.Generator().manual_seed(1))
+    args = points._inputs_at(t, tvals, points[-1], torch.Generator().manual_seed(1))
     if args is None:
         return None
     out = list(values)

@@ -27,7 +27,10 @@ import pytest
 import torch
 
 import guardsolve
-import guardsolve.jit.inductor as inductor
+import guardsolve.jit.inductor.crosscheck as crosscheck
+import guardsolve.jit.inductor.driver as driver
+import guardsolve.jit.inductor.points as points
+import guardsolve.jit.inductor.standalone as standalone
 from guardsolve.jit.inductor import CompileFailure, compile_variant
 from guardsolve.solve.simplify import simplify
 from guardsolve.trace.tracer import trace
@@ -134,9 +137,9 @@ def test_a_cache_served_artifact_is_caught_by_the_comparison(monkeypatch: pytest
     pooling guard. The comparison with eager at its compile point rejects it, naming the point
     and the difference, and no output is wrong."""
     salt = uuid.uuid4().hex
-    monkeypatch.setattr(inductor._FreshKey, "uuid", lambda self: salt)
+    monkeypatch.setattr(standalone._FreshKey, "uuid", lambda self: salt)
     rejected: list[str] = []
-    real = inductor._differs_at
+    real = crosscheck.differs_at
 
     def spy(*args: Any, **kwargs: Any) -> str | None:
         why = real(*args, **kwargs)
@@ -144,7 +147,7 @@ def test_a_cache_served_artifact_is_caught_by_the_comparison(monkeypatch: pytest
             rejected.append(why)
         return why
 
-    monkeypatch.setattr(inductor, "_differs_at", spy)
+    monkeypatch.setattr(driver, "differs_at", spy)
     torch.manual_seed(0)
     pool = torch.nn.Sequential(torch.nn.Conv1d(1, 8, 10, stride=5), torch.nn.ReLU(),
                                torch.nn.AdaptiveAvgPool1d(4), torch.nn.Flatten(1)).eval()
@@ -200,7 +203,7 @@ def test_an_artifact_that_differs_from_eager_is_never_used(monkeypatch: pytest.M
     def f(x: torch.Tensor) -> torch.Tensor:
         return x.sin() * 2
 
-    real = inductor.runner
+    real = driver.runner
     wrong_at: dict[str, Any] = {"compile point": False}
 
     def perturbed(*args: Any, **kwargs: Any) -> Any:
@@ -212,7 +215,7 @@ def test_an_artifact_that_differs_from_eager_is_never_used(monkeypatch: pytest.M
             return out + 0.01 if at_example == wrong_at["compile point"] else out
         return wrong
 
-    monkeypatch.setattr(inductor, "runner", perturbed)
+    monkeypatch.setattr(driver, "runner", perturbed)
     x = torch.randn(4, 3)
     t = trace(f, x)
     with pytest.raises(CompileFailure, match=r"differing from eager's by 0\.01 at most .* \(sizes its check accepts\)"):
@@ -249,13 +252,13 @@ def test_every_compile_misses_inductors_caches_and_keeps_the_users_passes(monkey
     mine = Mine()
     with config.patch(post_grad_custom_post_pass=mine):
         for _ in range(2):
-            inductor._standalone(None, [], False, None, False)
+            standalone.standalone_compiled(None, [], False, None, False)
         assert config.post_grad_custom_post_pass is mine
     assert [p[0] for p in seen] == [mine, mine] and len({p[1].uuid() for p in seen}) == 2
 
 
 def test_values_are_compared_within_the_dtypes_tolerance() -> None:
-    close = inductor._value_mismatch
+    close = crosscheck._value_mismatch
     w = torch.tensor([1.0, float("nan"), float("inf"), -2.0])
     assert close(w, w + torch.tensor([5e-5, 0.0, 0.0, -1e-3])) is None  # rtol 1e-3, atol 1e-4; NaN == NaN
     assert "by 0.01 at most" in (close(w, w + 0.01) or "")
@@ -269,7 +272,7 @@ def test_values_are_compared_within_the_dtypes_tolerance() -> None:
 def test_copies_keep_layout_and_aliasing_and_leave_the_originals_alone() -> None:
     base = torch.arange(12.0).reshape(3, 4)
     a, b = base.t(), base[1:, 1:3]
-    ca, cb, n = inductor._copies([a, b, 5])
+    ca, cb, n = crosscheck._copies([a, b, 5])
     assert (ca.stride(), cb.stride(), cb.storage_offset(), n) == (a.stride(), b.stride(), b.storage_offset(), 5)
     assert torch.equal(ca, a) and torch.equal(cb, b)
     ca.add_(100)
@@ -278,9 +281,9 @@ def test_copies_keep_layout_and_aliasing_and_leave_the_originals_alone() -> None
 
 def test_random_inputs_follow_the_examples_dtype_and_stride_order() -> None:
     gen = torch.Generator().manual_seed(0)
-    t = inductor._random_like(torch.randn(3, 5).t(), [7, 2], gen)
+    t = points._random_like(torch.randn(3, 5).t(), [7, 2], gen)
     assert t is not None and t.shape == (7, 2) and t.stride() == (1, 7)
-    idx = inductor._random_like(torch.tensor([[4, 9]]), [3, 3], gen)
+    idx = points._random_like(torch.tensor([[4, 9]]), [3, 3], gen)
     assert idx is not None and idx.dtype == torch.int64 and set(idx.flatten().tolist()) <= {4, 9}
-    flags = inductor._random_like(torch.ones(2, dtype=torch.bool), [0], gen)
+    flags = points._random_like(torch.ones(2, dtype=torch.bool), [0], gen)
     assert flags is not None and flags.shape == (0,) and flags.dtype == torch.bool

@@ -344,13 +344,13 @@ def test_benchmark_quick_run() -> None:
 def test_a_guard_that_cannot_be_translated_pins_the_variant_to_its_example(monkeypatch: pytest.MonkeyPatch) -> None:
     """Never trusted: where a backend guard has no translation, the variant serves exactly its
     example's sizes and strides, and another batch compiles another variant."""
-    import guardsolve.jit.inductor as inductor
+    import guardsolve.jit.inductor.backend_guards as backend_guards
     from guardsolve.pytorch.sympy_guards import TranslationError
 
     def untranslatable(code: str, symbol):  # type: ignore[no-untyped-def]
         raise TranslationError(f"cannot translate {code!r}")
 
-    monkeypatch.setattr(inductor, "parse_guard", untranslatable)
+    monkeypatch.setattr(backend_guards, "parse_guard", untranslatable)
     model = _mlp()
     fast = guardsolve.guarded(model, backend="inductor")
     with torch.no_grad():

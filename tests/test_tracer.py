@@ -95,10 +95,10 @@ def test_operands_of_different_sizes_still_decide_the_broadcast() -> None:
 
 @pytest.mark.parametrize("shape", [(5, 8), (2, 5, 8), (1, 8), (0, 8), (1, 1, 8), (2, 0, 8), (3, 1, 2, 8), (4, 0)])
 def test_linear_takes_eagers_one_check_and_gives_eagers_result(shape) -> None:  # type: ignore[no-untyped-def]
-    """`linear`'s own rule (`rules._fast_linear`) against eager and against PyTorch's composite:
+    """`linear`'s own rule (`fast_rules._fast_linear`) against eager and against PyTorch's composite:
     the same sizes, strides and dtype; one guard on the inner size; the example's path alone
     accepts every leading size (eager records the same `aten.linear` at 0 and 1)."""
-    from guardsolve.guards.rules import _fast_linear
+    from guardsolve.guards.fast_rules import _fast_linear
 
     inner = shape[-1]
     for bias in (True, False):

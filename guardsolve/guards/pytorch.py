@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from guardsolve.errors import GuardFailure, GuardsolveError, TraceError, UnsupportedOpError
-from guardsolve.guards.rules import RuleCache
+from guardsolve.guards.rule_cache import RuleCache
 from guardsolve.guards.symbolic import Recorder, SymGuard
 from guardsolve.ir.aten import refs, resolve, substitute
 from guardsolve.ir.flat import flatten

@@ -43,7 +43,8 @@ from guardsolve.ir.flat import flatten, unflatten
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Op
-from guardsolve.guards.rules import RuleCache, sym_of
+from guardsolve.guards.rule_cache import RuleCache
+from guardsolve.guards.rule_base import sym_of
 from guardsolve.guards.symbolic import Recorder, SymGuard
 from guardsolve.trace.tensor import Call, PresentsAsTracing
 from guardsolve.trace.why import Why
@@ -349,7 +350,8 @@ class LocalReplay:
         ran here on the values a fresh trace hands it. No region comes with it (a region needs
         the rejecting rule's decisions over symbols); a later point inside it runs this again.
         """
-        from guardsolve.guards.rules import DATA_SHAPED, READS_DATA, shape_rule
+        from guardsolve.guards.data_shaped import DATA_SHAPED, READS_DATA
+        from guardsolve.guards.rules import shape_rule
 
         calls = self.recorded.calls
         outputs = self.trace.graph.nodes

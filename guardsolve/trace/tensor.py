@@ -854,7 +854,7 @@ def _outside_modes() -> Any:
 
 def _layouts(flat: list[Any]) -> list[Any]:
     """The sizes, strides and offsets of the traced tensors among `flat`, by guard-graph name."""
-    from guardsolve.guards.rules import sym_of
+    from guardsolve.guards.rule_base import sym_of
 
     return [(tuple(map(sym_of, a.symbolic.shape)), tuple(map(sym_of, a.symbolic.stride())),
              sym_of(a.symbolic.storage_offset())) for a in flat if isinstance(a, TracedTensor)]

@@ -24,7 +24,7 @@ from guardsolve.errors import EagerError, GuardsolveError, TraceError, Unsupport
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.signature import dim_names
 from guardsolve.trace.gcpause import paused_gc
-from guardsolve.guards.rules import RuleCache
+from guardsolve.guards.rule_cache import RuleCache
 from guardsolve.guards.symbolic import Recorder, call_user
 from guardsolve.trace.local import Recorded
 from guardsolve.trace.why import node_loc
