@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import guardsolve
-from guardsolve.jit.segments import Plan, state_writes
+from guardsolve.jit.segments.plan import Plan
+from guardsolve.jit.segments.writes import state_writes
 
 
 def branch(x: torch.Tensor) -> torch.Tensor:
@@ -282,7 +283,7 @@ def test_olmoe_with_its_expert_loop_runs_as_compiled_segments() -> None:
 def test_a_segment_whose_variant_never_takes_a_size_class_keeps_no_growing_timings() -> None:
     """Calls of a size class that the compiled variant's check refuses run eagerly; the timing
     of that class stops at its trials (a long-running server's calls do not grow it)."""
-    from guardsolve.jit.segments import _TRIALS, Segment
+    from guardsolve.jit.segments.segment import _TRIALS, Segment
 
     class Refusing:
         def check(self, *args: Any) -> bool:

@@ -177,7 +177,7 @@ def text_report(gs: GuardSet, info: ReportInfo) -> str:
     for i in gs.value_guards:
         lines.append(f"not checkable from shapes alone: {gs._data_decision(i)}  at {gs._origin(i)}")
         lines += gs._data_lines(i)
-    from guardsolve.jit.segments import outline  # NOTE: the CLI's import stays light
+    from guardsolve.jit.segments.outline import outline  # NOTE: the CLI's import stays light
 
     served = outline(info.trace) if gs.value_guards else []
     if served:

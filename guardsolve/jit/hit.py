@@ -41,10 +41,10 @@ def try_entry(gf: GuardedFunction, e: Entry, names: tuple[str, ...], values: tup
 def resume_entry(gf: GuardedFunction, e: Entry, failure: GuardFailure, names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
     """The call whose segmented run in `e` diverged (`segments.Diverged`), continued by another
     entry's segments where they share the prefix and its size check passes; else `MISS`."""
-    from guardsolve.jit.segments import Diverged
+    from guardsolve.jit.segments.diverged import SegmentDiverged
 
     seen = {id(e)}
-    while isinstance(failure, Diverged):
+    while isinstance(failure, SegmentDiverged):
         for other in gf._entries:
             if id(other) in seen or other.names != names:
                 continue

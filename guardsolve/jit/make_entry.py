@@ -7,7 +7,7 @@ from typing import Any, Callable
 import torch
 from guardsolve.errors import UnsupportedOpError
 from guardsolve.jit.progress import describe, step
-from guardsolve.jit.segments import writes_unmade
+from guardsolve.jit.segments.writes import writes_unmade
 from guardsolve.solve.guardset import GuardSet
 from guardsolve.solve.simplify import simplify
 from guardsolve.trace.state import StateCheck, recording
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 def writes_before_data(t: Trace) -> str | None:
     """Why a replay of `t` cannot serve calls: it writes state it did not make before a decision
     on data (`segments.state_writes`); None otherwise."""
-    from guardsolve.jit.segments import Plan, has_data, state_writes
+    from guardsolve.jit.segments.plan import Plan, has_data
+    from guardsolve.jit.segments.writes import state_writes
 
     if not has_data(t.graph):
         return None

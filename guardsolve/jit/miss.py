@@ -210,7 +210,7 @@ def miss_call(gf: GuardedFunction, args: tuple[Any, ...], kwargs: dict[str, Any]
             return entry.variants[0].run(*(values if entry.traced is None else [values[i] for i in entry.traced]))
         gf._tls.last = (K_TRACED, entry, entry.variants[0] if entry.variants else None, record)
         serve = entry.variants[0].run if entry.variants else gf.engine.first_runner(entry)
-        from guardsolve.jit.segments import pure
+        from guardsolve.jit.segments.writes import pure
 
         if entry.trace.relaid and serve is not None and not background and pure(entry.trace):
             # NOTE: the trace copied an eager output into the strides its shape rule gives (a

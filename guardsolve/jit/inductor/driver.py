@@ -103,7 +103,7 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
 
     A trace that reads tensor data is compiled as segments (`jit/segments.py`); `segments`
     holds the segments built for other traces of the same function, shared by their source."""
-    from guardsolve.jit.segments import has_data
+    from guardsolve.jit.segments.plan import has_data
 
     if has_data(t.graph):
         return _segmented(t, trace_gs, values, timeout_ms, train, segments)
@@ -155,7 +155,9 @@ def _segmented(t: Trace, trace_gs: GuardSet, values: Sequence[Any], timeout_ms: 
     `nonzero` counted among them); the trace's size guards are the variant's check, its value
     bailouts checked by the glue between segments."""
     from guardsolve.errors import SolverError
-    from guardsolve.jit.segments import Plan, build, state_writes
+    from guardsolve.jit.segments.plan import Plan
+    from guardsolve.jit.segments.build import build
+    from guardsolve.jit.segments.writes import state_writes
 
     if train:
         raise CompileFailure("the trace decides on tensor data: in grad mode its segments are not compiled")
@@ -254,7 +256,7 @@ def _eager_formats(t: Trace, program: Callable[..., Any], values: Sequence[Any],
     """The memory format of each of the program's outputs as eager lays it out at the example
     (`layout.eager_format`), from one eager run of the trace's ops; None for a trace that
     writes a tensor it did not make or draws random numbers (running it would change them)."""
-    from guardsolve.jit.segments import pure
+    from guardsolve.jit.segments.writes import pure
 
     if not pure(t):
         return None

@@ -92,6 +92,7 @@ def _far_points(gs: GuardSet, base: Mapping[str, int], fixed: set[str], cheap: C
     may index) keep their values. A query z3 cannot answer in time gives no point.
 
     >>> from guardsolve.trace.tracer import trace
+    >>> from guardsolve.solve.simplify import simplify
     >>> gs = simplify(trace(lambda a, b: a + b, torch.ones(4, 3), torch.ones(3)))
     >>> _far_points(gs, {"a0": 4, "a1": 3, "b0": 3}, set(), lambda dims: True, 1000)
     [{'a0': 0, 'a1': 0, 'b0': 0}, {'a0': 1, 'a1': 1, 'b0': 1}, {'a0': 10, 'a1': 8, 'b0': 8}]
