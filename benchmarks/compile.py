@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import torch  # noqa: E402
 
-from guardsolve.pytorch.compile import explain_compile  # noqa: E402
+from guardsolve.pytorch.explain.compile import explain_compile  # noqa: E402
 
 def cases(fast: bool) -> dict[str, tuple[Any, tuple[Any, ...]]]:
     from examples.attention import AttentionBlock

@@ -33,7 +33,8 @@ _EXPORTS: dict[str, str] = {
     "simplify": "guardsolve.solve.simplify",
     "CacheInfo": "guardsolve.jit.entry", "GuardedFunction": "guardsolve.jit.cache", "guarded": "guardsolve.jit.cache",
     "Example": "guardsolve.jit.warmup", "Served": "guardsolve.jit.served",
-    "CompileReport": "guardsolve.pytorch.compile", "explain_compile": "guardsolve.pytorch.compile",
+    "CompileReport": "guardsolve.pytorch.explain.report", "explain_compile": "guardsolve.pytorch.explain.compile",
+    "CompileExplainError": "guardsolve.pytorch.explain.failure",
     "RecompileLog": "guardsolve.pytorch.recompiles", "watch_recompiles": "guardsolve.pytorch.recompiles",
     "export_spec": "guardsolve.pytorch.dynamic", "judge_dynamic": "guardsolve.pytorch.dynamic",
     "violations": "guardsolve.pytorch.dynamic",
@@ -82,7 +83,8 @@ if TYPE_CHECKING:
     from guardsolve.ir.node import Node, SourceLoc
     from guardsolve.ir.ops import Op, Type
     from guardsolve.ir.printer import print_guards
-    from guardsolve.pytorch.compile import CompileReport, explain_compile
+    from guardsolve.pytorch.explain.report import CompileReport
+    from guardsolve.pytorch.explain.compile import explain_compile
     from guardsolve.pytorch.dynamic import export_spec, judge_dynamic, violations
     from guardsolve.pytorch.recompiles import RecompileLog, watch_recompiles
     from guardsolve.solve.certify import Certificate

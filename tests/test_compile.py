@@ -24,7 +24,7 @@ from guardsolve.errors import GuardFailure, InterpretError
 from guardsolve.ir.concrete import run_concrete
 from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
-from guardsolve.pytorch.compile import explain_compile
+from guardsolve.pytorch.explain.compile import explain_compile
 from guardsolve.pytorch.oracle import agrees, dynamo_calls
 from guardsolve.pytorch.recompiles import watch_recompiles
 from guardsolve.pytorch.sympy_guards import TranslationError, emit_bool, parse_guard
@@ -542,7 +542,8 @@ def test_a_guard_dynamo_names_no_source_for_gets_guardsolves_line() -> None:
     the same call gives the user lines of its bailouts over the same dims."""
     from dataclasses import replace
 
-    from guardsolve.pytorch.compile import GuardSource, attribute_from_trace
+    from guardsolve.pytorch.explain.provenance import GuardSource
+    from guardsolve.pytorch.explain.attribution import attribute_from_trace
 
     args = (torch.randn(12), torch.randn(13))
     with torch.no_grad():

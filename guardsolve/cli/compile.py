@@ -30,7 +30,7 @@ def _marks(names: list[str], args: list[Any], dims: list[str]) -> None:
 
 
 def compile_report(args: argparse.Namespace) -> str:
-    from guardsolve.pytorch.compile import explain_compile
+    from guardsolve.pytorch.explain.compile import explain_compile
 
     fn, names, values = load_args(args.target, args.shape, args.int, args.dtype, args.values, args.train)
     _marks(names, values, args.dynamic)

@@ -38,7 +38,11 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from guardsolve.pytorch import dynamo as dyn
-from guardsolve.pytorch.compile import CompileExplainError, Frame, GuardSource, frame_inputs, explain_frame
+from guardsolve.pytorch.explain.failure import CompileExplainError
+from guardsolve.pytorch.explain.frame import Frame
+from guardsolve.pytorch.explain.provenance import GuardSource
+from guardsolve.pytorch.explain.naming import frame_inputs
+from guardsolve.pytorch.explain.frames import explain_frame
 from guardsolve.errors import GuardsolveError
 
 
