@@ -13,7 +13,8 @@ import torch
 
 import guardsolve
 from guardsolve.errors import InputMismatchError
-from guardsolve.pytorch.dynamic import Member, export_spec, judge_dynamic, violations
+from guardsolve.pytorch.judgement import Member
+from guardsolve.pytorch.dynamic import export_spec, judge_dynamic, violations
 from guardsolve.pytorch.export_check import ExportCheckError, _State, as_module, check_with_export, parse_fixes, torch_fixes
 
 ROOT = pathlib.Path(__file__).parent.parent

@@ -237,14 +237,15 @@ def static_lines(gs: GuardSet) -> list[str]:
 
 def judgement(gs: GuardSet, info: ReportInfo) -> Any:
     """The --dynamic judgement, static dims at the example the trace recorded."""
-    from guardsolve.pytorch.dynamic import example_dims, judge_dynamic
+    from guardsolve.pytorch.dim_questions import example_dims
+    from guardsolve.pytorch.dynamic import judge_dynamic
 
     e = example_dims(info.trace)
     return judge_dynamic(gs, info.dynamic, e if set(gs.dims) <= set(e) else None)
 
 
 def _dynamic_lines(gs: GuardSet, info: ReportInfo) -> list[str]:
-    from guardsolve.pytorch.dynamic import render_point
+    from guardsolve.pytorch.dim_questions import render_point
 
     j = judgement(gs, info)
     static = [d for d in gs.dims if d not in j.dynamic]

@@ -21,221 +21,15 @@ dynamic_shapes = {"a": {0: a0}, "b": {0: b0}}
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
-
 import z3
-
 from guardsolve.errors import InputMismatchError
 from guardsolve.guards.expr import FALSE, TRUE, Formula, Or, Poly, Rel, conjuncts, disj, substitute
-from guardsolve.ir.ops import Op
 from guardsolve.solve.constraint import Constraint, DimOrder, render_formula
-from guardsolve.solve.smt import formula_to_z3, limit, reduce_component, z3_vars
-
-MIN_DYNAMIC = 2  # torch.export specializes sizes 0 and 1 and assumes every dynamic size is >= 2
-TIMEOUT_MS = 2000
-FAR = 2 ** 40  # NOTE: a value this large that the guards accept counts as "no upper bound"
-
-
-@dataclass(frozen=True)
-class Violation:
-    """A minimal guard (static dims substituted) that constrains declared-dynamic dims."""
-
-    constraint: Constraint  # over declared dims; `prov` are the original guard nodes
-    dim: str  # the dim the fix is about
-    kind: str  # static | equal | derived | bound | divisible | excluded | general
-    suggestion: str
-    fixes: tuple[str, ...] = ()  # torch.export's words: `x1 = 3`, `x2 = 2*_x2`, `_x2 = Dim(...)`
-    witness: dict[str, int] | None = None  # declared dims of an input rejected without the fix
-    sources: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        return f"{self.constraint.text}: [{self.kind}] {self.suggestion}"
-
-
-@dataclass(frozen=True)
-class Member:
-    """A declared dim as torch.export sees it: `coef * root + offset`, or static (root None)."""
-
-    root: str | None
-    coef: int
-    offset: int
-
-    def render(self) -> str:
-        if self.root is None:
-            return str(self.offset)
-        text = self.root if self.coef == 1 else f"{self.coef}*{self.root}"
-        return text if self.offset == 0 else f"{text} + {self.offset}"
-
-
-@dataclass
-class ExportSpec:
-    """A `dynamic_shapes` spec as source code, as live `torch.export.Dim` objects, and as data."""
-
-    source: str
-    spec: dict[str, Any] = field(default_factory=dict)
-    dims: dict[str, Member] = field(default_factory=dict)  # every declared dim
-    roots: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)  # Dim name -> (min, max)
-
-
-@dataclass
-class Judgement:
-    """What torch.export makes of the declared dims, given the example values of the static ones."""
-
-    dynamic: tuple[str, ...]
-    example: dict[str, int]
-    example_from_z3: bool
-    violations: list[Violation]
-    spec: ExportSpec | None
-    undecided: list[str] = field(default_factory=list)
-    guards: Any = field(default=None, repr=False, compare=False)  # the GuardSet judged
-
-
-# -- the example point ----------------------------------------------------------------------
-
-def example_dims(graph: Any) -> dict[str, int]:
-    """The example dims recorded in a tensor trace (placeholder shapes, int arguments)."""
-    sig = {p.name: p for p in graph.meta.get("signature") or ()}
-    out: dict[str, int] = {}
-    for n in graph.nodes:
-        if n.op is Op.VAR_PLACEHOLDER and n.params.get("shape") is not None and n.params["name"] in sig:
-            out.update(zip(sig[n.params["name"]].dims, (int(v) for v in n.params["shape"])))
-        elif n.op is Op.INT_ARG and "val" in n.params:
-            out[n.params["name"]] = int(n.params["val"])
-    return out
-
-
-def render_point(gs: Any, point: Mapping[str, int]) -> str:
-    """Dims as the inputs they shape: `x=[4, 3, 17, 16]` (dims by name without a signature)."""
-    if gs.signature is None:
-        return ", ".join(f"{d}={v}" for d, v in point.items())
-    return ", ".join(f"{p.name}=[{', '.join(str(point[d]) for d in p.dims)}]" if p.kind == "tensor"
-                     else f"{p.name}={point[p.name]}" for p in gs.signature)
-
-
-def _example(gs: Any, dynamic: Sequence[str], example: Any) -> tuple[dict[str, int], bool]:
-    if example is not None and not isinstance(example, Mapping):
-        dims = gs.input_dims(*example)
-        if dims is None:
-            raise InputMismatchError("the example inputs do not fit the traced signature")
-        example = dims
-    if example is not None:
-        missing = [d for d in gs.dims if d not in example]
-        if missing:
-            raise InputMismatchError(f"the example has no value for {', '.join(missing)}")
-        e = {d: int(example[d]) for d in gs.dims}
-        bad = gs.first_failure(e)
-        if bad is not None:
-            raise InputMismatchError(f"the example does not satisfy the guard {bad.text}")
-        return e, False
-    # NOTE: without an example any accepted point will do; prefer one torch.export can trace.
-    ctx = z3.Context()
-    var = z3_vars(ctx)
-    for floor in (MIN_DYNAMIC, 0):
-        s = z3.Solver(ctx=ctx)
-        limit(s, TIMEOUT_MS)
-        s.add(gs.to_z3(ctx), *[var(d) >= (floor if d in dynamic else 0) for d in gs.dims if d in gs.sizes])
-        if s.check() == z3.sat:
-            m = s.model()
-            return {d: m.eval(var(d), model_completion=True).as_long() for d in gs.dims}, True
-    raise InputMismatchError("no example given, and z3 found no input the guards accept")
-
-
-# -- z3 questions ---------------------------------------------------------------------------
-
-UNKNOWN: dict[str, int] = {}  # NOTE: the answer when z3 cannot tell; callers treat it as "maybe"
-
-
-class _Ask:
-    """One solver over some facts and the convention; each question pushes and pops."""
-
-    def __init__(self, formulas: Sequence[Formula], dyn: Sequence[str], timeout_ms: int, ctx: z3.Context | None = None):
-        self.ctx = ctx if ctx is not None else z3.Context()
-        self.var = z3_vars(self.ctx)
-        self.timeout_ms = timeout_ms
-        self.s = z3.Solver(ctx=self.ctx)
-        limit(self.s, timeout_ms)
-        self.s.add(*[formula_to_z3(f, self.var) for f in formulas], *[self.var(d) >= MIN_DYNAMIC for d in dyn])
-        self.undecided: list[str] = []
-
-    def z(self, f: Formula) -> z3.BoolRef:
-        return formula_to_z3(f, self.var)
-
-    def model(self, *extra: Any, what: str = "") -> dict[str, int] | None:
-        """A point satisfying the facts and `extra`: None when there is none, `UNKNOWN` when z3
-        cannot tell (compare with `is`)."""
-        self.s.push()
-        self.s.add(*extra)
-        r = self.s.check()
-        out: dict[str, int] | None = None
-        if r == z3.sat:
-            m = self.s.model()
-            out = {str(d): m[d].as_long() for d in m.decls() if z3.is_int_value(m[d])}
-        elif r == z3.unknown:
-            out = UNKNOWN
-            if what:
-                self.undecided.append(f"{what}: {self.s.reason_unknown()}")
-        self.s.pop()
-        return out
-
-    def implies(self, goal: Any) -> bool:
-        """Do the facts imply `goal`? False when z3 cannot tell."""
-        return self.model(z3.Not(goal)) is None
-
-    def value(self, t: Any, model: dict[str, int], default: int) -> int:
-        """The value of expression `t` in a model."""
-        if model is UNKNOWN:
-            return default
-        v = z3.simplify(z3.substitute(t, *[(self.var(k), z3.IntVal(v, self.ctx)) for k, v in model.items()]))
-        return v.as_long() if z3.is_int_value(v) else default
-
-
-def _lowest(ask: _Ask, t: Any, start: int, floor: int, extra: Sequence[Any] = ()) -> int:
-    """The least value of `t` with a model at or above `floor`, given `start` has one.
-
-    Undecided questions count as "has a model", so the answer errs low (a wider range).
-    """
-    lo, hi = floor, start  # some model may have t == hi; none has t < lo
-    while lo < hi:
-        mid = (lo + hi) // 2
-        m = ask.model(t <= mid, t >= lo, *extra)
-        if m is None:
-            lo = mid + 1
-        else:
-            hi = min(mid, ask.value(t, m, mid))
-    return hi
-
-
-def _highest(ask: _Ask, t: Any, start: int, extra: Sequence[Any] = ()) -> int | None:
-    """The greatest value of `t` with a model, or None when values beyond `FAR` have one.
-
-    Undecided questions count as "has a model", so the answer errs high (a wider range).
-    """
-    if ask.model(t >= FAR, *extra) is not None:
-        return None
-    lo, hi = start, FAR  # some model may have t == lo; none has t >= hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        m = ask.model(t >= mid, t < hi, *extra)
-        if m is None:
-            hi = mid
-        else:
-            lo = max(mid, ask.value(t, m, mid))
-    return lo
-
-
-# -- the judgement --------------------------------------------------------------------------
-
-@dataclass
-class _Class:
-    """Declared dims tied by affine equalities: member = coef * root + offset."""
-
-    root: str
-    members: dict[str, tuple[int, int]]
-    stride: int = 1  # the root is `stride * t + residue` on every accepted input
-    residue: int = 0
-    lo: int = MIN_DYNAMIC  # range of the root
-    hi: int | None = None
+from guardsolve.solve.smt import formula_to_z3, limit, reduce_component
+from guardsolve.pytorch.dim_questions import Ask, UNKNOWN, example_point, highest, lowest
+from guardsolve.pytorch.dynamic_spec import class_lines, member_line, spec_layout, spec_of
+from guardsolve.pytorch.judgement import DimClass, ExportSpec, Judgement, MIN_DYNAMIC, TIMEOUT_MS, Violation, dim_order
 
 
 def _linear(f: Formula) -> dict[str, int] | None:
@@ -260,13 +54,13 @@ def _kind(f: Formula) -> str:
     return "general"
 
 
-def _classes(formulas: Sequence[Formula], dyn: Sequence[str], order: DimOrder) -> tuple[dict[str, _Class], dict[str, str], set[int]]:
+def _classes(formulas: Sequence[Formula], dyn: Sequence[str], order: DimOrder) -> tuple[dict[str, DimClass], dict[str, str], set[int]]:
     """Merge classes along two-dim linear equalities with a positive integer slope.
 
     Returns the classes by root, each dim's root, and the indices of the equalities merged.
     """
     of = {d: d for d in dyn}
-    classes = {d: _Class(d, {d: (1, 0)}) for d in dyn}
+    classes = {d: DimClass(d, {d: (1, 0)}) for d in dyn}
     merged: set[int] = set()
     for i, f in enumerate(formulas):
         lin = _linear(f)
@@ -329,8 +123,8 @@ def judge(gs: Any, dynamic: Sequence[str], example: Any = None, timeout_ms: int 
     ints = [d for d in dynamic if d not in gs.sizes]
     if ints:
         raise InputMismatchError(f"dynamic takes tensor dims; {ints[0]!r} is an int argument")
-    e, from_z3 = _example(gs, dynamic, example)
-    order = _order(gs)
+    e, from_z3 = example_point(gs, dynamic, example)
+    order = dim_order(gs)
     out: list[Violation] = []
     undecided: list[str] = []
     for d in dynamic:
@@ -341,7 +135,7 @@ def judge(gs: Any, dynamic: Sequence[str], example: Any = None, timeout_ms: int 
     dyn = [d for d in dynamic if e[d] >= MIN_DYNAMIC]
     while True:
         formulas, provs = _substituted(gs, {d: v for d, v in e.items() if d not in dyn}, dyn, order, timeout_ms)
-        ask = _Ask(formulas, dyn, timeout_ms)
+        ask = Ask(formulas, dyn, timeout_ms)
         classes, of, merged = _classes(formulas, dyn, order)
         pinned = [k for k in classes.values()
                   if ask.model(ask.var(k.root) != e[k.root], what=f"is {k.root} pinned?") is None]
@@ -353,14 +147,8 @@ def judge(gs: Any, dynamic: Sequence[str], example: Any = None, timeout_ms: int 
             dyn = [d for d in dyn if d not in k.members]
     out += _judge_free(gs, formulas, provs, classes, merged, e, order, ask, dyn)
     undecided += ask.undecided
-    spec = _spec(gs, dynamic, classes, e) if gs.signature is not None else None
+    spec = spec_of(gs, dynamic, classes, e) if gs.signature is not None else None
     return Judgement(dynamic, e, from_z3, out, spec, undecided, gs)
-
-
-def _order(gs: Any) -> DimOrder:
-    """Dims in the order of the traced signature (then any others)."""
-    first = [d for p in gs.signature or () for d in p.dims]
-    return DimOrder(first + [d for d in gs.dims if d not in first])
 
 
 def _under_convention(f: Formula, dyn: Sequence[str]) -> Formula:
@@ -430,7 +218,7 @@ def _sources(gs: Any, prov: frozenset[int]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(gs._origin(i) for i in sorted(prov)))
 
 
-def _witness(ask: _Ask, formulas: Sequence[Formula], i: int, e: Mapping[str, int], dyn: Sequence[str]) -> dict[str, int] | None:
+def _witness(ask: Ask, formulas: Sequence[Formula], i: int, e: Mapping[str, int], dyn: Sequence[str]) -> dict[str, int] | None:
     """An input the other guards accept and guard `i` rejects: one dim off the example when possible."""
     s = z3.Solver(ctx=ask.ctx)
     limit(s, ask.timeout_ms)
@@ -445,8 +233,8 @@ def _witness(ask: _Ask, formulas: Sequence[Formula], i: int, e: Mapping[str, int
     return None
 
 
-def _pin_violations(gs: Any, formulas: Sequence[Formula], provs: Sequence[frozenset[int]], k: _Class,
-                    e: Mapping[str, int], order: DimOrder, ask: _Ask, dyn: Sequence[str]) -> list[Violation]:
+def _pin_violations(gs: Any, formulas: Sequence[Formula], provs: Sequence[frozenset[int]], k: DimClass,
+                    e: Mapping[str, int], order: DimOrder, ask: Ask, dyn: Sequence[str]) -> list[Violation]:
     """The guards that pin class `k` (those over its members only, else all that mention it)."""
     members = set(k.members)
     idx = [i for i, f in enumerate(formulas) if f.dims() and f.dims() <= members] or \
@@ -461,7 +249,7 @@ def _pin_violations(gs: Any, formulas: Sequence[Formula], provs: Sequence[frozen
     return out
 
 
-def _stride(ask: _Ask, k: _Class, e: Mapping[str, int]) -> int:
+def _stride(ask: Ask, k: DimClass, e: Mapping[str, int]) -> int:
     """The greatest g with `root % g` the same on every accepted input: the gcd of the differences
     of accepted values from the example's, each new value found by z3 (1 when undecided)."""
     t, v, g = ask.var(k.root), e[k.root], 0
@@ -475,7 +263,7 @@ def _stride(ask: _Ask, k: _Class, e: Mapping[str, int]) -> int:
     return max(g, 1)
 
 
-def _facts(ask: _Ask, classes: Mapping[str, _Class]) -> list[Any]:
+def _facts(ask: Ask, classes: Mapping[str, DimClass]) -> list[Any]:
     """What the spec says, as z3 facts: member relations, residues, ranges."""
     out = []
     for k in classes.values():
@@ -489,20 +277,20 @@ def _facts(ask: _Ask, classes: Mapping[str, _Class]) -> list[Any]:
     return out
 
 
-def _narrow(sp: _Ask, k: _Class, bad: Any, e: Mapping[str, int]) -> None:
+def _narrow(sp: Ask, k: DimClass, bad: Any, e: Mapping[str, int]) -> None:
     """Shrink the range of `k` to the widest interval around the example where `bad` never holds."""
     r, v = sp.var(k.root), e[k.root]
     m = sp.model(r < v, bad)
     if m is not None:
-        below = _highest(sp, r, sp.value(r, m, k.lo), [r < v, bad])
+        below = highest(sp, r, sp.value(r, m, k.lo), [r < v, bad])
         k.lo = v if below is None or m is UNKNOWN else below + 1
     m = sp.model(r > v, bad)
     if m is not None:
-        k.hi = v if m is UNKNOWN else _lowest(sp, r, sp.value(r, m, v + 1), v + 1, [bad]) - 1
+        k.hi = v if m is UNKNOWN else lowest(sp, r, sp.value(r, m, v + 1), v + 1, [bad]) - 1
 
 
-def _judge_free(gs: Any, formulas: Sequence[Formula], provs: Sequence[frozenset[int]], classes: dict[str, _Class],
-                merged: set[int], e: Mapping[str, int], order: DimOrder, ask: _Ask, dyn: Sequence[str]) -> list[Violation]:
+def _judge_free(gs: Any, formulas: Sequence[Formula], provs: Sequence[frozenset[int]], classes: dict[str, DimClass],
+                merged: set[int], e: Mapping[str, int], order: DimOrder, ask: Ask, dyn: Sequence[str]) -> list[Violation]:
     """Strides and ranges for each class (lossless: implied by the guards), then each guard
     judged by whether the spec implies it."""
     of = {m: k for k in classes.values() for m in k.members}
@@ -510,11 +298,11 @@ def _judge_free(gs: Any, formulas: Sequence[Formula], provs: Sequence[frozenset[
         k.stride = _stride(ask, k, e)
         k.residue = e[k.root] % k.stride
         r = ask.var(k.root)
-        k.lo = _lowest(ask, r, e[k.root], MIN_DYNAMIC)
-        k.hi = _highest(ask, r, e[k.root])
+        k.lo = lowest(ask, r, e[k.root], MIN_DYNAMIC)
+        k.hi = highest(ask, r, e[k.root])
 
-    def spec_solver() -> _Ask:
-        sp = _Ask([], dyn, ask.timeout_ms, ask.ctx)
+    def spec_solver() -> Ask:
+        sp = Ask([], dyn, ask.timeout_ms, ask.ctx)
         sp.s.add(*_facts(sp, classes))
         return sp
 
@@ -535,18 +323,18 @@ def _judge_free(gs: Any, formulas: Sequence[Formula], provs: Sequence[frozenset[
         src = _sources(gs, provs[i])
         if i in merged:
             k = next(iter(ks.values()))
-            tied = [d for d in dims if d != _layout(k, set())[0]] or dims[1:]
-            lines = tuple(_member_line(k, d) for d in tied)
+            tied = [d for d in dims if d != spec_layout(k, set())[0]] or dims[1:]
+            lines = tuple(member_line(k, d) for d in tied)
             slopes = {k.members[d][0] for d in dims}
             kind = "equal" if len(slopes) == 1 else "derived"
             text = (f"{' and '.join(dims)} must be equal: use one Dim for both" if kind == "equal" and
                     len({k.members[d][1] for d in dims}) == 1 else f"{dims[0]} and {dims[1]} are related: a derived dim")
             out.append(Violation(c, tied[0], kind, f"{text} ({'; '.join(lines)})", lines, wit, src))
             continue
-        lines = tuple(line for k in ks.values() for line in _class_lines(k))
+        lines = tuple(line for k in ks.values() for line in class_lines(k))
         if len(ks) == 1 and expressed[i]:
             k = next(iter(ks.values()))
-            plain = _Ask([], dyn, ask.timeout_ms, ask.ctx)
+            plain = Ask([], dyn, ask.timeout_ms, ask.ctx)
             plain.s.add(*[x for x in _facts(plain, {k.root: k}) if not _is_residue(x, k)])
             kind = "bound" if plain.implies(ask.z(f)) else "divisible"
             what = (f"{dims[0]} must be {k.stride}*n + {k.residue}" if k.residue else f"{dims[0]} must be a multiple of {k.stride}") \
@@ -559,7 +347,7 @@ def _judge_free(gs: Any, formulas: Sequence[Formula], provs: Sequence[frozenset[
             out.append(Violation(c, dims[0], "excluded", f"torch.export cannot exclude values inside a range; "
                                  f"{_range_text(k)} keeps the example ({'; '.join(lines)}) and drops the rest", lines, wit, src))
         else:
-            ranged = tuple(line for k in ks.values() if k.lo > MIN_DYNAMIC or k.hi is not None for line in _class_lines(k))
+            ranged = tuple(line for k in ks.values() if k.lo > MIN_DYNAMIC or k.hi is not None for line in class_lines(k))
             hint = f"; it implies {'; '.join(ranged)}" if ranged else ""
             change = _static_change(sp, f, dims, e, of)
             out.append(Violation(c, dims[0], "general", "no torch.export vocabulary for this relation; torch.export "
@@ -567,11 +355,11 @@ def _judge_free(gs: Any, formulas: Sequence[Formula], provs: Sequence[frozenset[
     return sorted(out, key=lambda v: v.constraint.sort_key(order))
 
 
-def _is_residue(x: Any, k: _Class) -> bool:
+def _is_residue(x: Any, k: DimClass) -> bool:
     return k.stride > 1 and z3.is_eq(x) and z3.is_app_of(x.arg(0), z3.Z3_OP_MOD)
 
 
-def _static_change(sp: _Ask, f: Formula, dims: Sequence[str], e: Mapping[str, int], of: Mapping[str, _Class]) -> str:
+def _static_change(sp: Ask, f: Formula, dims: Sequence[str], e: Mapping[str, int], of: Mapping[str, DimClass]) -> str:
     """The first dim of `f` whose example value, made static, satisfies `f` or leaves one class."""
     for d in dims:
         if sp.model(sp.var(d) == e[d], z3.Not(formula_to_z3(f, sp.var))) is None:
@@ -583,83 +371,5 @@ def _static_change(sp: _Ask, f: Formula, dims: Sequence[str], e: Mapping[str, in
     return ""
 
 
-def _range_text(k: _Class) -> str:
+def _range_text(k: DimClass) -> str:
     return f"{k.root} in [{k.lo}, {k.hi if k.hi is not None else 'oo'}]"
-
-
-# -- the spec -------------------------------------------------------------------------------
-
-def _layout(k: _Class, taken: set[str]) -> tuple[str, int | None, int | None, dict[str, tuple[int, int]]]:
-    """The class as torch.export writes it: (root Dim name, its min, its max, member -> (coef, offset)).
-
-    The root is `t` with `k.root = stride*t + residue`, shifted so that every offset is >= 0.
-    """
-    members = {m: (a * k.stride, a * k.residue + b) for m, (a, b) in k.members.items()}
-    shift = min(b // a for a, b in members.values())
-    members = {m: (a, b - a * shift) for m, (a, b) in members.items()}
-    lo = -((k.residue - k.lo) // k.stride) + shift
-    hi = (k.hi - k.residue) // k.stride + shift if k.hi is not None else None
-    named = [m for m, ab in members.items() if ab == (1, 0)]
-    if named:
-        return named[0], (lo if lo > MIN_DYNAMIC else None), hi, members
-    name = f"_{next(iter(k.members))}"
-    while name in taken:
-        name = "_" + name
-    return name, lo, hi, members
-
-
-def _dim_line(name: str, lo: int | None, hi: int | None) -> str:
-    return f"{name} = Dim(\"{name}\"" + (f", min={lo}" if lo is not None else "") + (f", max={hi}" if hi is not None else "") + ")"
-
-
-def _class_lines(k: _Class) -> list[str]:
-    """torch.export's words for a class: its root `Dim` line (when not the default) and members."""
-    name, lo, hi, members = _layout(k, set())
-    lines = [_dim_line(name, lo, hi)] if (lo is not None or hi is not None or name not in members) else []
-    return lines + [f"{m} = {Member(name, a, b).render()}" for m, (a, b) in members.items() if m != name]
-
-
-def _member_line(k: _Class, d: str) -> str:
-    name, _, _, members = _layout(k, set())
-    a, b = members[d]
-    return f"{d} = {Member(name, a, b).render()}"
-
-
-def _spec(gs: Any, dynamic: Sequence[str], classes: Mapping[str, _Class], e: Mapping[str, int]) -> ExportSpec:
-    dims: dict[str, Member] = {}
-    roots: dict[str, tuple[int | None, int | None]] = {}
-    taken = set(gs.dims)
-    order = _order(gs)
-    for k in sorted(classes.values(), key=lambda k: order.key(k.root)):
-        name, lo, hi, members = _layout(k, taken)
-        taken.add(name)
-        roots[name] = (lo, hi)
-        dims.update((m, Member(name, *ab)) for m, ab in members.items())
-    for d in dynamic:
-        dims.setdefault(d, Member(None, 1, e[d]))
-    return render_spec(gs, {d: dims[d] for d in dynamic}, roots)
-
-
-def render_spec(gs: Any, dims: Mapping[str, Member], roots: Mapping[str, tuple[int | None, int | None]]) -> ExportSpec:
-    """The spec of each declared dim as a `Member` of a root `Dim` (roots in the order given,
-    members in signature order), as source and as live `torch.export.Dim` objects."""
-    import torch.export
-
-    order = _order(gs)
-    lines = ["from torch.export import Dim"]
-    used = {m.root for m in dims.values()}
-    for name, (lo, hi) in roots.items():
-        if name not in used:
-            continue
-        lines.append(_dim_line(name, lo, hi))
-        lines += [f"{m} = {dims[m].render()}" for m in sorted(dims, key=order.key) if dims[m].root == name and m != name]
-    entries = []
-    for p in gs.signature:
-        free = {i: d for i, d in enumerate(p.dims) if p.kind == "tensor" and d in dims and dims[d].root is not None}
-        entries.append(f"\"{p.name}\": {{" + ", ".join(f"{i}: {d}" for i, d in free.items()) + "}" if free
-                       else f"\"{p.name}\": None")
-    lines.append("dynamic_shapes = {" + ", ".join(entries) + "}")
-    source = "\n".join(lines)
-    ns: dict[str, Any] = {"Dim": torch.export.Dim}
-    exec(source.split("\n", 1)[1], ns)
-    return ExportSpec(source, ns["dynamic_shapes"], dict(dims), {r: roots[r] for r in roots if r in used})

@@ -25,7 +25,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import z3
 
 from guardsolve.errors import GuardsolveError
-from guardsolve.pytorch.dynamic import MIN_DYNAMIC, ExportSpec, Member, render_point, render_spec
+from guardsolve.pytorch.judgement import MIN_DYNAMIC, ExportSpec, Member
+from guardsolve.pytorch.dim_questions import render_point
+from guardsolve.pytorch.dynamic_spec import render_spec
 from guardsolve.solve.smt import limit, z3_vars
 
 EAGER_LIMIT = 2 ** 24  # NOTE: elements per witness input; a larger one is not run eagerly
