@@ -69,7 +69,7 @@ def parse_tensor_match(code: str) -> tuple[list[int | None], list[int | None]]:
 
 
 @dataclass(frozen=True)
-class Leaf:
+class GuardLeaf:
     """One guard Dynamo runs on entry: its kind (`TENSOR_MATCH`, `LAMBDA_GUARD`, ...), the source
     it reads (None for the root's), its code and Dynamo's comment."""
 
@@ -79,19 +79,19 @@ class Leaf:
     comment: str
 
 
-def leaves(guard_manager: Any) -> tuple[list[Leaf], list[Leaf]]:
+def leaves(guard_manager: Any) -> tuple[list[GuardLeaf], list[GuardLeaf]]:
     """A cache entry's guard tree as (the leaves, the shape guards run last)."""
     root = guard_manager.root
-    out: list[Leaf] = []
+    out: list[GuardLeaf] = []
 
     def walk(mgr: Any, source: str | None) -> None:
         for g in mgr.get_leaf_guards():
-            out.extend(Leaf(type(g).__name__, source, *split_comment(p)) for p in g.verbose_code_parts())
+            out.extend(GuardLeaf(type(g).__name__, source, *split_comment(p)) for p in g.verbose_code_parts())
         for child in mgr.get_child_managers():
             walk(child, child.get_source())
 
     walk(root, None)
-    shape = [Leaf(type(g).__name__, None, *split_comment(p))
+    shape = [GuardLeaf(type(g).__name__, None, *split_comment(p))
              for g in root.get_epilogue_lambda_guards() for p in g.verbose_code_parts()]
     return out, shape
 

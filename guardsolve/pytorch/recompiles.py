@@ -26,6 +26,7 @@ It hooks Dynamo's `convert_frame._compile` (a PyTorch internal, torch 2.13) for 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import logging
 import sys
@@ -44,10 +45,11 @@ from guardsolve.pytorch.explain.provenance import GuardSource
 from guardsolve.pytorch.explain.naming import frame_inputs
 from guardsolve.pytorch.explain.frames import explain_frame
 from guardsolve.errors import GuardsolveError
+from guardsolve.patching import Patch, patched
 
 
 @dataclass
-class Call:
+class RecompiledCall:
     """One compile Dynamo did inside the block: the frame, its inputs, its new entry."""
 
     code: Any
@@ -71,7 +73,7 @@ class Recompile:
     """One recompile: the frame, the input's values, the minimal guard of the newest old entry
     that failed (None when a non-size guard failed: `static` says which), and its sources."""
 
-    call: Call
+    call: RecompiledCall
     previous: Frame | None  # the newest old entry's guards, read and reduced
     failed: str | None
     static: str | None
@@ -108,7 +110,7 @@ class Suggestion:
 class RecompileLog:
     """What `watch_recompiles` saw: every compile, the recompiles explained, a suggestion."""
 
-    calls: list[Call] = field(default_factory=list)
+    calls: list[RecompiledCall] = field(default_factory=list)
     recompiles: list[Recompile] = field(default_factory=list)
     announce: bool = True  # say on stderr when the check runs (it compiles again and traces: seconds)
     suggestion_seconds: float | None = None  # how long checking the suggestion took (None: not yet)
@@ -227,7 +229,7 @@ def quiet_torch_logs() -> Iterator[None]:
             lg.setLevel(level)
 
 
-def _explain_old(call: Call, first: Call | None) -> Frame | None:
+def _explain_old(call: RecompiledCall, first: RecompiledCall | None) -> Frame | None:
     """The newest old cache entry's guards, reduced (from the compile that made it, if seen)."""
     if not call.old:
         return None
@@ -240,7 +242,7 @@ def _explain_old(call: Call, first: Call | None) -> Frame | None:
         return None
 
 
-def _explain(call: Call, made: dict[str, Call]) -> Recompile:
+def _explain(call: RecompiledCall, made: dict[str, RecompiledCall]) -> Recompile:
     entry_id = str(call.old[0].compile_id) if call.old else ""
     frame = _explain_old(call, made.get(entry_id))
     failed = static = None
@@ -262,7 +264,7 @@ def _explain(call: Call, made: dict[str, Call]) -> Recompile:
     return Recompile(call, frame, failed, static, sources, _dynamo_reason(call))
 
 
-def _dynamo_reason(call: Call) -> str:
+def _dynamo_reason(call: RecompiledCall) -> str:
     """Dynamo's own first failing guard for the newest old entry, as `TORCH_LOGS=recompiles` prints it."""
     if not call.old:
         return ""
@@ -281,37 +283,53 @@ def watch_recompiles() -> Iterator[RecompileLog]:
     from torch._dynamo import convert_frame
 
     log = RecompileLog()
-    original = convert_frame._compile
+    token = _WATCHING.set(_WATCHING.get() + ((log, {}),))
+    try:
+        with patched(Patch(convert_frame, "_compile", _recording_compiles)):
+            yield log
+    finally:
+        _WATCHING.reset(token)
+
+
+# NOTE: the watchers open in this context, innermost last, each with the calls it made by compile
+# id; the patched `_compile` is shared by every holder, so each one's log is found here.
+_WATCHING: contextvars.ContextVar[tuple[tuple[RecompileLog, dict[str, RecompiledCall]], ...]] = \
+    contextvars.ContextVar("guardsolve_recompile_watchers", default=())
+
+
+def _recording_compiles(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Dynamo's `convert_frame._compile`, recording each compile in every open watcher's log."""
+    from torch._dynamo import convert_frame
+
     params = inspect.signature(original)
-    made: dict[str, Call] = {}
 
     def _compile(*args: Any, **kwargs: Any) -> Any:
+        watchers = _WATCHING.get()
+        if not watchers:
+            return original(*args, **kwargs)
         bound = params.bind_partial(*args, **kwargs).arguments
         entries = list(bound.get("cache_entries_for_reasons") or bound.get("cache_entries") or [])
         recompile = convert_frame.is_recompilation(bound["cache_size"]) if "cache_size" in bound else bool(entries)
-        call = Call(bound["code"], dyn.snapshot(bound["locals"]), bound["globals"], str(bound.get("compile_id", "")),
-                    entries if recompile else [])
+        call = RecompiledCall(bound["code"], dyn.snapshot(bound["locals"]), bound["globals"],
+                              str(bound.get("compile_id", "")), entries if recompile else [])
         result = original(*args, **kwargs)
-        made[call.compile_id] = call
-        log.calls.append(call)
-        if recompile:
-            try:
-                log.recompiles.append(_explain(call, made))
-            except Exception as e:  # NOTE: never break the user's run: the recompile is recorded unexplained
-                log.recompiles.append(Recompile(call, None, None, None, (), f"not explained: {type(e).__name__}: {e}"))
+        for log, made in watchers:
+            made[call.compile_id] = call
+            log.calls.append(call)
+            if recompile:
+                try:
+                    log.recompiles.append(_explain(call, made))
+                except Exception as e:  # NOTE: never break the user's run: the recompile is recorded unexplained
+                    log.recompiles.append(Recompile(call, None, None, None, (), f"not explained: {type(e).__name__}: {e}"))
         return result
 
-    convert_frame._compile = _compile
-    try:
-        yield log
-    finally:
-        convert_frame._compile = original
+    return _compile
 
 
 # -- the suggestion -------------------------------------------------------------------------
 
 
-def _target(call: Call) -> tuple[Callable[..., Any], list[Any], dict[str, Any]] | None:
+def _target(call: RecompiledCall) -> tuple[Callable[..., Any], list[Any], dict[str, Any]] | None:
     """What the user called, with its arguments: a module (`self` of its forward or of a
     wrapper around it, or `fn` of torch.compile's `inner(*args)`), or a plain function rebuilt
     from the code, its globals and closure."""
@@ -336,7 +354,7 @@ def _target(call: Call) -> tuple[Callable[..., Any], list[Any], dict[str, Any]] 
     return fn, [loc[p] for p in code.co_varnames[:code.co_argcount]], {}
 
 
-def _changed_dims(calls: Sequence[Call]) -> list[tuple[int, int]]:
+def _changed_dims(calls: Sequence[RecompiledCall]) -> list[tuple[int, int]]:
     """(argument, dim) whose size differs between the calls of one frame."""
     sizes: dict[tuple[int, int], set[int]] = {}
     for c in calls:
@@ -379,7 +397,7 @@ def replay(target: Callable[..., Any], calls: Sequence[tuple[Sequence[Any], dict
 def suggest(log: RecompileLog) -> Suggestion | None:
     """The change that avoids the most recompiles of the most recompiled frame: mark the dims
     that changed dynamic (or compile with dynamic=True), each checked by a replay."""
-    by_code: dict[Any, list[Call]] = {}
+    by_code: dict[Any, list[RecompiledCall]] = {}
     for c in log.calls:
         by_code.setdefault(c.code, []).append(c)
     code, calls = max(by_code.items(), key=lambda kv: len(kv[1]))
@@ -411,7 +429,7 @@ def suggest(log: RecompileLog) -> Suggestion | None:
     return best if best.recompiles_after is not None and best.recompiles_after < before else None
 
 
-def _arg_names(call: Call) -> list[str]:
+def _arg_names(call: RecompiledCall) -> list[str]:
     t = _target(call)
     n = len(t[1]) if t else 0
     if t is not None and isinstance(t[0], torch.nn.Module):
@@ -422,12 +440,12 @@ def _arg_names(call: Call) -> list[str]:
     return [name for name, _, _ in frame_inputs(call.code, call.f_locals)][:n] or [f"arg{i}" for i in range(n)]
 
 
-def _named(call: Call, dims: Sequence[tuple[int, int]]) -> tuple[tuple[str, int], ...]:
+def _named(call: RecompiledCall, dims: Sequence[tuple[int, int]]) -> tuple[tuple[str, int], ...]:
     names = _arg_names(call)
     return tuple((names[i] if i < len(names) else f"arg{i}", d) for i, d in dims)
 
 
-def _mark_text(call: Call, dims: Sequence[tuple[int, int]], mark: str = "mark_dynamic") -> str:
+def _mark_text(call: RecompiledCall, dims: Sequence[tuple[int, int]], mark: str = "mark_dynamic") -> str:
     if not dims:
         return "torch.compile(..., dynamic=True)"
     where = "torch._dynamo" if mark == "mark_dynamic" else "torch._dynamo.decorators"
@@ -458,4 +476,4 @@ def _trace_accepts(log: RecompileLog) -> list[str]:
     return out
 
 
-__all__ = ["Call", "Recompile", "RecompileLog", "Suggestion", "replay", "watch_recompiles", "CompileExplainError"]
+__all__ = ["RecompiledCall", "Recompile", "RecompileLog", "Suggestion", "replay", "watch_recompiles", "CompileExplainError"]

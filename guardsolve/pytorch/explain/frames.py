@@ -232,7 +232,7 @@ def _reads_layout(source: str) -> bool:
     return ".stride()" in source or ".storage_offset()" in source
 
 
-def _shape_sources(shape: Sequence[dyn.Leaf]) -> Iterator[str]:
+def _shape_sources(shape: Sequence[dyn.GuardLeaf]) -> Iterator[str]:
     for leaf in shape:
         yield from re.findall(r"L\['\w+'\](?:\.size\(\)\[\d+\])?", leaf.code)
 
