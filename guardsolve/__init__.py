@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys([
         "DataDependentError", "GraphError", "GuardFailure", "GuardsolveError", "ParseError", "SolverError",
-        "TraceError", "UnsatisfiableGuardsError", "UnsupportedOpError", "VerificationError",
+        "TraceError", "UnsatisfiableGuardsError", "UnsupportedOpError", "VerificationError", "EagerError",
     ], "guardsolve.errors"),
     "run_concrete": "guardsolve.ir.concrete",
     "guard_graph": "guardsolve.guards.shape",
@@ -32,11 +32,14 @@ _EXPORTS: dict[str, str] = {
     "Certificate": "guardsolve.solve.guardset", "GuardSet": "guardsolve.solve.guardset",
     "simplify": "guardsolve.solve.simplify",
     "CacheInfo": "guardsolve.jit.cache", "GuardedFunction": "guardsolve.jit.cache", "guarded": "guardsolve.jit.cache",
-    "Example": "guardsolve.jit.cache", "Served": "guardsolve.jit.cache",
+    "Example": "guardsolve.jit.cache", "Served": "guardsolve.jit.cache", "Entry": "guardsolve.jit.cache",
+    "Variant": "guardsolve.jit.variant", "CompileFailure": "guardsolve.jit.inductor",
     "CompileReport": "guardsolve.pytorch.compile", "explain_compile": "guardsolve.pytorch.compile",
+    "CompileExplainError": "guardsolve.pytorch.compile",
     "RecompileLog": "guardsolve.pytorch.recompiles", "watch_recompiles": "guardsolve.pytorch.recompiles",
     "export_spec": "guardsolve.pytorch.dynamic", "judge_dynamic": "guardsolve.pytorch.dynamic",
     "violations": "guardsolve.pytorch.dynamic",
+    "trace_summary": "guardsolve.cli.report",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -68,9 +71,12 @@ sys.modules[__name__].__class__ = _Package
 
 
 if TYPE_CHECKING:
-    from guardsolve.jit.cache import CacheInfo, Example, GuardedFunction, Served, guarded
+    from guardsolve.cli.report import trace_summary
+    from guardsolve.jit.cache import CacheInfo, Entry, Example, GuardedFunction, Served, guarded
+    from guardsolve.jit.inductor import CompileFailure
+    from guardsolve.jit.variant import Variant
     from guardsolve.errors import (
-        DataDependentError, GraphError, GuardFailure, GuardsolveError, ParseError, SolverError, TraceError,
+        DataDependentError, EagerError, GraphError, GuardFailure, GuardsolveError, ParseError, SolverError, TraceError,
         UnsatisfiableGuardsError, UnsupportedOpError, VerificationError,
     )
     from guardsolve.guards.shape import guard_graph
@@ -79,7 +85,7 @@ if TYPE_CHECKING:
     from guardsolve.ir.node import Node, SourceLoc
     from guardsolve.ir.ops import Op, Type
     from guardsolve.ir.printer import print_guards
-    from guardsolve.pytorch.compile import CompileReport, explain_compile
+    from guardsolve.pytorch.compile import CompileExplainError, CompileReport, explain_compile
     from guardsolve.pytorch.dynamic import export_spec, judge_dynamic, violations
     from guardsolve.pytorch.recompiles import RecompileLog, watch_recompiles
     from guardsolve.solve.guardset import Certificate, GuardSet
