@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys([
         "DataDependentError", "GraphError", "GuardFailure", "GuardsolveError", "ParseError", "SolverError",
-        "TraceError", "UnsatisfiableGuardsError", "UnsupportedOpError", "VerificationError",
+        "TraceError", "UnsatisfiableGuardsError", "UnsupportedOpError", "VerificationError", "EagerError",
     ], "guardsolve.errors"),
     "run_concrete": "guardsolve.ir.concrete",
     "guard_graph": "guardsolve.guards.shape",
@@ -32,12 +32,14 @@ _EXPORTS: dict[str, str] = {
     "Certificate": "guardsolve.solve.certify", "GuardSet": "guardsolve.solve.guardset",
     "simplify": "guardsolve.solve.simplify",
     "CacheInfo": "guardsolve.jit.entry", "GuardedFunction": "guardsolve.jit.cache", "guarded": "guardsolve.jit.cache",
-    "Example": "guardsolve.jit.warmup", "Served": "guardsolve.jit.served",
+    "Example": "guardsolve.jit.warmup", "Served": "guardsolve.jit.served", "Entry": "guardsolve.jit.entry",
+    "Variant": "guardsolve.jit.variant", "CompileFailure": "guardsolve.jit.inductor.failure",
     "CompileReport": "guardsolve.pytorch.explain.report", "explain_compile": "guardsolve.pytorch.explain.compile",
     "CompileExplainError": "guardsolve.pytorch.explain.failure",
     "RecompileLog": "guardsolve.pytorch.recompiles", "watch_recompiles": "guardsolve.pytorch.recompiles",
     "export_spec": "guardsolve.pytorch.dynamic", "judge_dynamic": "guardsolve.pytorch.dynamic",
     "violations": "guardsolve.pytorch.dynamic",
+    "trace_summary": "guardsolve.cli.report",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -69,12 +71,15 @@ sys.modules[__name__].__class__ = _Package
 
 
 if TYPE_CHECKING:
-    from guardsolve.jit.entry import CacheInfo
+    from guardsolve.cli.report import trace_summary
+    from guardsolve.jit.entry import CacheInfo, Entry
     from guardsolve.jit.warmup import Example
     from guardsolve.jit.cache import GuardedFunction, guarded
     from guardsolve.jit.served import Served
+    from guardsolve.jit.inductor.failure import CompileFailure
+    from guardsolve.jit.variant import Variant
     from guardsolve.errors import (
-        DataDependentError, GraphError, GuardFailure, GuardsolveError, ParseError, SolverError, TraceError,
+        DataDependentError, EagerError, GraphError, GuardFailure, GuardsolveError, ParseError, SolverError, TraceError,
         UnsatisfiableGuardsError, UnsupportedOpError, VerificationError,
     )
     from guardsolve.guards.shape import guard_graph
@@ -83,6 +88,7 @@ if TYPE_CHECKING:
     from guardsolve.ir.node import Node, SourceLoc
     from guardsolve.ir.ops import Op, Type
     from guardsolve.ir.printer import print_guards
+    from guardsolve.pytorch.explain.failure import CompileExplainError
     from guardsolve.pytorch.explain.report import CompileReport
     from guardsolve.pytorch.explain.compile import explain_compile
     from guardsolve.pytorch.dynamic import export_spec, judge_dynamic, violations
