@@ -228,7 +228,6 @@ def test_path_pattern() -> None:
         "solve/readable.py", "guardsolve/jit/"]
 
 
-@pytest.mark.xfail(reason="files are being split; paths fixed at merge", strict=False)
 def test_paths_named_exist() -> None:
     """Every repository path a page names in backquotes exists: `guardsolve/...`, `examples/...`,
     `benchmarks/...`, `tests/...`, and a stage's short path (`solve/readable.py` is
