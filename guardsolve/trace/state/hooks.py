@@ -1,78 +1,72 @@
-"""The patch of `nn.Module.__getattribute__` / `__getattr__` and of `torch.Tensor.numpy`, installed while a
-recorder is active."""
+"""The patches a recorder holds while it records: `nn.Module.__getattribute__` / `__getattr__`
+that record each attribute read, and a `torch.Tensor.numpy` that refuses while this thread
+records. Held through `guardsolve.patching` (one count for every recorder in every thread;
+the last one out restores PyTorch's: `nn.Module` inherits `__getattribute__` again)."""
 
 from __future__ import annotations
 
 import sys
-import threading
-from typing import Any
+from typing import Any, Callable, ContextManager
+
 import torch
+
+from guardsolve.patching import Patch, patched
 from guardsolve.trace.state.active import ACTIVE_RECORDER
 
 
-class ModuleHooks:
-    """`nn.Module.__getattribute__` / `__getattr__` that record, and a `torch.Tensor.numpy` that
-    refuses while this thread records, installed while any recorder is active in any thread (a
-    count under a lock; the last one out restores PyTorch's)."""
+def _recording_getattribute(original: Any) -> Callable[[Any, str], Any]:
+    """`nn.Module.__getattribute__` that tells the active recorder of each attribute read."""
+    def __getattribute__(m: Any, name: str) -> Any:
+        v = object.__getattribute__(m, name)
+        if name[:2] != "__":
+            rec = ACTIVE_RECORDER.get()
+            if rec is not None:
+                rec.module_attr(m, name, v)
+        elif name == "__dict__":
+            rec = ACTIVE_RECORDER.get()
+            if rec is not None:
+                rec.module_dict(m, sys._getframe(1).f_code)
+        return v
 
-    _lock = threading.Lock()
-    _active = [0]  # NOTE: mirrors whether torch's class is patched; mutated only under the lock
-    _saved: list[Any] = []
-    _numpy: list[Any] = []  # NOTE: `torch.Tensor.numpy` as PyTorch defines it, while it is replaced
+    return __getattribute__
 
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._active[0] == 0:
-                cls = torch.nn.Module
-                type(self)._saved = [cls.__dict__.get("__getattribute__"), cls.__dict__["__getattr__"]]
-                orig_getattr = cls.__dict__["__getattr__"]
 
-                def __getattribute__(m: Any, name: str) -> Any:
-                    v = object.__getattribute__(m, name)
-                    if name[:2] != "__":
-                        rec = ACTIVE_RECORDER.get()
-                        if rec is not None:
-                            rec.module_attr(m, name, v)
-                    elif name == "__dict__":
-                        rec = ACTIVE_RECORDER.get()
-                        if rec is not None:
-                            rec.module_dict(m, sys._getframe(1).f_code)
-                    return v
+def _recording_getattr(original: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+    """`nn.Module.__getattr__` (parameters, buffers, submodules) that tells the active recorder."""
+    def __getattr__(m: Any, name: str) -> Any:
+        v = original(m, name)
+        rec = ACTIVE_RECORDER.get()
+        if rec is not None:
+            rec.module_attr(m, name, v)
+        return v
 
-                def __getattr__(m: Any, name: str) -> Any:
-                    v = orig_getattr(m, name)
-                    rec = ACTIVE_RECORDER.get()
-                    if rec is not None:
-                        rec.module_attr(m, name, v)
-                    return v
+    return __getattr__
 
-                cls.__getattribute__ = __getattribute__  # type: ignore[method-assign]
-                cls.__getattr__ = __getattr__  # type: ignore[method-assign]
-                orig_numpy = torch.Tensor.numpy
-                type(self)._numpy = [orig_numpy]
 
-                def numpy(t: Any, *args: Any, **kwargs: Any) -> Any:
-                    # NOTE: a read of the tensor's values no aten op records and no guard checks
-                    # (a weight made an array and back a tensor was a constant of the trace, and
-                    # its memory freed: garbage): the call runs eagerly
-                    if ACTIVE_RECORDER.get() is not None:
-                        from guardsolve.errors import DataDependentError
+def _refusing_numpy(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`torch.Tensor.numpy`, refused while this thread records."""
+    def numpy(t: Any, *args: Any, **kwargs: Any) -> Any:
+        # NOTE: a read of the tensor's values no aten op records and no guard checks (a weight
+        # made an array and back a tensor was a constant of the trace, and its memory freed:
+        # garbage): the call runs eagerly
+        if ACTIVE_RECORDER.get() is not None:
+            from guardsolve.errors import DataDependentError
 
-                        raise DataDependentError("numpy() of a tensor reads its values, which no guard checks")
-                    return orig_numpy(t, *args, **kwargs)
+            raise DataDependentError("numpy() of a tensor reads its values, which no guard checks")
+        return original(t, *args, **kwargs)
 
-                torch.Tensor.numpy = numpy  # type: ignore[method-assign]
-            self._active[0] += 1
+    return numpy
 
-    def __exit__(self, *exc: Any) -> None:
-        with self._lock:
-            self._active[0] -= 1
-            if self._active[0] == 0:
-                cls = torch.nn.Module
-                getattribute, getattr_ = self._saved
-                if getattribute is None:
-                    del cls.__getattribute__
-                else:
-                    cls.__getattribute__ = getattribute  # type: ignore[method-assign]
-                cls.__getattr__ = getattr_  # type: ignore[method-assign]
-                torch.Tensor.numpy = self._numpy[0]  # type: ignore[method-assign]
+
+def module_hooks() -> ContextManager[None]:
+    """Hold the recording patches for a block (installed by the first holder, undone by the last).
+
+        >>> from guardsolve.patching import active
+        >>> with module_hooks():
+        ...     inside = active(torch.nn.Module, "__getattribute__")
+        >>> inside, "__getattribute__" in torch.nn.Module.__dict__
+        (1, False)
+    """
+    return patched(Patch(torch.nn.Module, "__getattribute__", _recording_getattribute),
+                   Patch(torch.nn.Module, "__getattr__", _recording_getattr),
+                   Patch(torch.Tensor, "numpy", _refusing_numpy))

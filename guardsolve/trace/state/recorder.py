@@ -13,7 +13,7 @@ import torch
 from guardsolve.trace.state.active import ACTIVE_RECORDER
 from guardsolve.trace.state.code import (GENERATED, SKIP_DIRS, SKIP_MODULES, compares_type_with_tensor, global_names,
                                          module_attrs)
-from guardsolve.trace.state.hooks import ModuleHooks
+from guardsolve.trace.state.hooks import module_hooks
 from guardsolve.trace.state.values import Attrs, LENGTH, MAX_DEPTH, OBJECTS, STATIC_SCALARS
 
 
@@ -248,7 +248,7 @@ def recording(fn: Any) -> Iterator[StateRecorder]:
             rec.frame(frame)
         return prev(frame, event, arg) if prev is not None else None
 
-    with ModuleHooks():
+    with module_hooks():
         sys.settrace(on_call)
         try:
             yield rec
