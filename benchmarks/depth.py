@@ -63,7 +63,7 @@ def counted_bailouts() -> Iterator[list[int]]:
     NOTE: the recorder keeps a bailout once per (guard, expect, user line); a layer repeated N
     times asks N times from the same lines. Wrapped only around an untimed trace.
     """
-    from guardsolve.guards.symbolic import Recorder
+    from guardsolve.guards.recorder import Recorder
 
     count = [0]
     original = Recorder.g_bailout

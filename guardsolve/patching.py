@@ -149,6 +149,8 @@ def patched(*patches: Patch, table: PatchTable = PATCHES) -> Iterator[None]:
 
 
 def active(owner: Any, name: Any, item: bool = False, table: PatchTable = PATCHES) -> int:
-    """How many holders the patch of `owner.name` has now (0: PyTorch's own is in place)."""
-    with table.lock:
-        return table.count(owner, name, item)
+    """How many holders the patch of `owner.name` has now (0: PyTorch's own is in place).
+
+    NOTE: no lock: one dict read is atomic, and the answer is a moment's either way (it is
+    read on the hit path, `trace.tracer.tracing()`)."""
+    return table.count(owner, name, item)

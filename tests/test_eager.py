@@ -119,7 +119,7 @@ def test_sizes_format_as_their_values_inside_a_trace() -> None:
 
 def _symbolic_values(root: torch.nn.Module) -> list[str]:
     """Paths of traced values reachable from the module tree's attributes."""
-    from guardsolve.trace.tensor import TracedTensor
+    from guardsolve.trace.traced_tensor import TracedTensor
 
     found: list[str] = []
 
@@ -330,7 +330,7 @@ def test_a_value_guarded_programs_tensors_are_freed_after_its_calls() -> None:
     import gc
     import weakref
 
-    from guardsolve.trace.tensor import TracedTensor
+    from guardsolve.trace.traced_tensor import TracedTensor
 
     def f(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         k = n.item()

@@ -13,7 +13,7 @@ from guardsolve.errors import InputMismatchError, InterpretError, MissingRuleErr
 from guardsolve.ir.interp import RuleTable, interpret
 from guardsolve.ir.ops import Op
 from guardsolve.testing import exactness_failures
-from guardsolve.trace.tensor import TracedTensor
+from guardsolve.trace.traced_tensor import TracedTensor
 
 def _seed_trace() -> str:
     """The seed notebook's trace of `a + b` in its own five-op IR, from examples/notebook.py."""
@@ -410,7 +410,7 @@ def test_data_shaped_outputs_get_unbacked_sizes(fn) -> None:
 def test_unbacked_sizes_decide_only_what_holds_for_every_value() -> None:
     """`u0 < 0` is False and `u0 + 1 != 0` True whatever u0 (a size, so >= 0): no guard needed.
     `u0 == 1` depends on the data: DataDependentError, as does comparing u0 with a dim."""
-    from guardsolve.guards.symbolic import Recorder
+    from guardsolve.guards.recorder import Recorder
 
     rec = Recorder(None)
     u = rec.unbacked("aten.nonzero.default", 3)
@@ -520,7 +520,7 @@ def test_small_eager_calls_run_on_one_thread_and_the_setting_is_restored() -> No
     """A trace runs eager kernels on small tensors single-threaded (OpenMP barriers on a loaded
     machine cost more than the kernels); the process's thread count is put back, also when
     traces run concurrently, and a large tensor's op keeps its threads."""
-    from guardsolve.trace.tensor import _threads_for
+    from guardsolve.trace.eager_run import threads_for as _threads_for
 
     saved = torch.get_num_threads()
     torch.set_num_threads(2)

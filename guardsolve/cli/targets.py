@@ -350,7 +350,7 @@ def _user_frame(e: BaseException) -> str:
     """The innermost traceback frame outside guardsolve and torch, as `file:line  code`."""
     import traceback
 
-    from guardsolve.guards.symbolic import is_library_file
+    from guardsolve.guards.location import is_library_file
 
     frames = [f for f in traceback.extract_tb(e.__traceback__) if not is_library_file(f.filename)]
     if not frames:

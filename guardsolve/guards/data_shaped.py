@@ -6,7 +6,8 @@ import math
 from typing import Any, Callable
 import torch
 from guardsolve.errors import UnsupportedOpError
-from guardsolve.guards.symbolic import ITEM_DATA, Recorder, SymGuard
+from guardsolve.guards.symbolic import ITEM_DATA, SymGuard
+from guardsolve.guards.recorder import Recorder
 from guardsolve.ir.aten import qualified_name
 from guardsolve.guards.rule_base import aten
 

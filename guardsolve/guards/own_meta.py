@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 from guardsolve.errors import UnsupportedOpError
-from guardsolve.guards.symbolic import Recorder
+from guardsolve.guards.recorder import Recorder
 from guardsolve.guards.data_shaped import item_checked
 from guardsolve.guards.rule_base import aten
 

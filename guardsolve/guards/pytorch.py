@@ -26,7 +26,8 @@ import torch
 
 from guardsolve.errors import GuardFailure, GuardsolveError, TraceError, UnsupportedOpError
 from guardsolve.guards.rule_cache import RuleCache
-from guardsolve.guards.symbolic import Recorder, SymGuard
+from guardsolve.guards.recorder import Recorder
+from guardsolve.guards.symbolic import SymGuard
 from guardsolve.ir.aten import refs, resolve, substitute
 from guardsolve.ir.flat import flatten
 from guardsolve.ir.graph import Graph

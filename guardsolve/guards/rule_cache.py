@@ -6,7 +6,8 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_map
-from guardsolve.guards.symbolic import Recorder, SymGuard
+from guardsolve.guards.recorder import Recorder
+from guardsolve.guards.symbolic import SymGuard
 from guardsolve.ir.flat import flatten, unflatten
 from guardsolve.ir.ops import Op
 from guardsolve.guards.data_shaped import DATA_SHAPED, READS_DATA

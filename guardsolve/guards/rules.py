@@ -19,7 +19,7 @@ import torch
 from torch._decomp import decomposition_table, meta_table
 from torch._dispatch.python import enable_python_dispatcher
 from torch.utils._python_dispatch import TorchDispatchMode
-from guardsolve.guards.symbolic import Recorder
+from guardsolve.guards.recorder import Recorder
 from guardsolve.guards.data_shaped import DATA_SHAPED, DataMode, TRACED_ONLY, UNBACKED_ARGS, item_rule, reads_data, unbacked_size
 from guardsolve.guards.eager_checks import EAGER_CHECKS
 from guardsolve.guards.fast_rules import FAST_BINARY, FAST_UNARY, fast_rule

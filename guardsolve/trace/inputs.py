@@ -8,8 +8,10 @@ from guardsolve.ir.graph import Graph
 from guardsolve.ir.ops import Op
 from guardsolve.ir.signature import Param
 from guardsolve.guards.pytorch import meta_input
-from guardsolve.guards.symbolic import Recorder, SymGuard
-from guardsolve.trace.tensor import TracedTensor, dtype_name, symint
+from guardsolve.guards.recorder import Recorder
+from guardsolve.guards.symbolic import SymGuard
+from guardsolve.trace.traced_tensor import TracedTensor, symint
+from guardsolve.trace.op_checks import dtype_name
 
 
 def placeholder(rec: Recorder, p: Param, value: Any, strided: dict[str, str] | None = None) -> Any:

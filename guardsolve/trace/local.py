@@ -45,8 +45,10 @@ from guardsolve.ir.node import Node
 from guardsolve.ir.ops import Op
 from guardsolve.guards.rule_cache import RuleCache
 from guardsolve.guards.rule_base import sym_of
-from guardsolve.guards.symbolic import Recorder, SymGuard
-from guardsolve.trace.tensor import Call, PresentsAsTracing
+from guardsolve.guards.recorder import Recorder
+from guardsolve.guards.symbolic import SymGuard
+from guardsolve.trace.op_checks import Call
+from guardsolve.trace.presents import presents_as_tracing
 from guardsolve.trace.why import Why
 
 UNKNOWN = object()  # a value the guard graph cannot give at these sizes (a zero divisor, data)
@@ -246,7 +248,7 @@ class LocalReplay:
                 try:
                     # NOTE: as the trace ran it: below autograd, so a CompositeImplicit op reaches
                     # its rule whole (above, `lstm`'s parts decompose on their own and pin sizes)
-                    with PresentsAsTracing(), torch._C._AutoDispatchBelowAutograd():
+                    with presents_as_tracing(), torch._C._AutoDispatchBelowAutograd():
                         out = rec.rules(c.func, args, kwargs)
                 except GuardsolveError as e:
                     return self._decline(f"{qualified_name(c.func)}: {e}")
@@ -326,7 +328,7 @@ class LocalReplay:
                     made: dict[str, Any] = {}
                     args, kwargs = unflatten([_rehinted(rec, env, made, x) for x in c.flat], c.spec)
                     rec.loc, rec.op = c.loc, c.func
-                    with PresentsAsTracing(), torch._C._AutoDispatchBelowAutograd():
+                    with presents_as_tracing(), torch._C._AutoDispatchBelowAutograd():
                         out = rec.rules(c.func, args, kwargs)
                 except Exception:  # NOTE: `_Cannot`, or a rule that rejects these sizes: it decides
                     continue
@@ -371,7 +373,7 @@ class LocalReplay:
                 return None
             args, kwargs = unflatten(flat, c.spec)
             try:
-                with PresentsAsTracing(), torch._C._AutoDispatchBelowAutograd():
+                with presents_as_tracing(), torch._C._AutoDispatchBelowAutograd():
                     out = shape_rule(c.func, args, kwargs, None)
             except (GuardsolveError, NotImplementedError):
                 return None

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 import torch
 from torch.utils._pytree import tree_map
-from guardsolve.guards.symbolic import Recorder, SymGuard
+from guardsolve.guards.recorder import Recorder
+from guardsolve.guards.symbolic import SymGuard
 from guardsolve.trace.state.active import paused
-from guardsolve.trace.tensor import TracedTensor
+from guardsolve.trace.traced_tensor import TracedTensor
 from guardsolve.trace.record import OutRef
 
 

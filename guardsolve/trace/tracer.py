@@ -25,12 +25,15 @@ from guardsolve.ir.graph import Graph
 from guardsolve.ir.signature import dim_names
 from guardsolve.trace.gcpause import paused_gc
 from guardsolve.guards.rule_cache import RuleCache
-from guardsolve.guards.symbolic import Recorder, call_user
+from guardsolve.guards.recorder import Recorder
+from guardsolve.guards.location import call_user
 from guardsolve.trace.local import Recorded
 from guardsolve.trace.why import node_loc
 from guardsolve.trace.plain import PLAIN
 from guardsolve.trace.static import layout_guard, tensor_guards
-from guardsolve.trace.tensor import TracedTensor, TracingMode, PresentsAsTracing
+from guardsolve.trace.traced_tensor import TracedTensor
+from guardsolve.trace.tensor import TracingMode
+from guardsolve.trace.presents import presents_as_tracing, tracing_now
 from guardsolve.trace.divergence import Diverged, same_node
 from guardsolve.trace.inputs import placeholder, strides_decided_on
 from guardsolve.trace.outputs import concrete_objects, module_names_of, scrub, spec, unwrap
@@ -222,7 +225,7 @@ def _record(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guard
     # mode whole instead of as its decomposition: its eager value comes from the kernel eager
     # dispatches to, and its decomposition runs on meta tensors only, for shapes and guards
     try:
-        with PresentsAsTracing(), torch._C._AutoDispatchBelowAutograd(), mode:
+        with presents_as_tracing(), torch._C._AutoDispatchBelowAutograd(), mode:
             result = call_user(fn, *args)
     except Exception as e:
         if expect is not None:
@@ -254,7 +257,7 @@ def _record(fn: Callable[..., Any], example_inputs: tuple[Any, ...], value_guard
 
 def tracing() -> bool:
     """Is some trace running (in any thread)? Cheap: one read of a shared count."""
-    return PresentsAsTracing._active[0] > 0
+    return tracing_now()
 
 
 def is_traced(v: Any) -> bool:

@@ -172,7 +172,7 @@ def _eager_failure(fn: Callable[..., Any], args: Sequence[Any]) -> Exception | N
     """Eager's own error for `fn(*args)` as a trace's (`errors.EagerError`: eager's type and
     message, the user's innermost line appended), or None when eager runs."""
     from guardsolve.errors import eager_error
-    from guardsolve.guards.symbolic import is_library_file
+    from guardsolve.guards.location import is_library_file
 
     try:
         fn(*args)

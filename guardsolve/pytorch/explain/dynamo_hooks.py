@@ -59,7 +59,7 @@ def _with_callers(original: Callable[..., Any]) -> Callable[..., Any]:
     from torch.fx.experimental.symbolic_shapes import uninteresting_files
     from torch.utils._traceback import format_frame
 
-    from guardsolve.guards.symbolic import is_library_file
+    from guardsolve.guards.location import is_library_file
 
     def summary(self: Any, is_debug: bool = False, framework_loc: str | None = None) -> Any:
         if framework_loc is None:
