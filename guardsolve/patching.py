@@ -132,6 +132,11 @@ def _write(p: Patch, value: Any) -> None:
 # only ever changed under its lock.
 PATCHES = PatchTable()
 
+# NOTE: make_fx and Inductor keep process-wide state of their own (torch.fx's patcher of the
+# function being traced, ...): two compiles at once in two threads failed inside torch, so a
+# compile holds this for its length (`jit/inductor/driver.py`); re-entrant for nested compiles.
+COMPILING = threading.RLock()
+
 
 @contextlib.contextmanager
 def patched(*patches: Patch, table: PatchTable = PATCHES) -> Iterator[None]:

@@ -116,3 +116,50 @@ def test_the_same_code_makes_the_same_patch_at_every_call() -> None:
     with patched(hold(), table=table), patched(hold(), table=table):
         assert ns.f() == 2 and active(ns, "f", table=table) == 2
     assert ns.f() == 1
+
+
+def test_two_inductor_compiles_at_once_serve_eagers_results_and_leave_torch_as_it_was() -> None:
+    """Two guarded functions compile with Inductor in two threads at once: each patch of torch a
+    compile holds (the convolution's layout, Inductor's view strides and input asserts) is
+    installed once, held while either compiles, and PyTorch's own is back when both are done."""
+    import torch
+    from torch._inductor import ir
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+    from torch._subclasses import fake_impls
+
+    import guardsolve
+
+    own = {"select": torch._C._select_conv_backend, "create": ir.View.__dict__["create"],
+           "asserts": PythonWrapperCodegen.__dict__["codegen_input_size_asserts"],
+           "strides": fake_impls._compute_stride}
+    torch.manual_seed(0)
+    nets = [torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU()).eval(),
+            torch.nn.Sequential(torch.nn.Conv2d(3, 2, 1), torch.nn.Flatten(1)).eval()]
+    xs = [torch.randn(2, 3, 8, 8), torch.randn(3, 3, 5, 5)]
+    fast = [guardsolve.guarded(n, backend="inductor") for n in nets]
+    start = threading.Barrier(2)
+    got: dict[int, object] = {}
+
+    def run(k: int) -> None:
+        start.wait(10)
+        with torch.no_grad():
+            out = fast[k](xs[k])
+        got[k] = (out, fast[k].last_call.how if fast[k].last_call else None)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    with torch.no_grad():
+        for k in range(2):
+            out, how = got[k]  # type: ignore[misc]
+            assert how == "traced" and fast[k].entries[0].variants, (how, fast[k].cache_info())
+            torch.testing.assert_close(out, nets[k](xs[k]))
+            torch.testing.assert_close(fast[k](xs[k]), nets[k](xs[k]))
+            assert fast[k].last_call.how == "compiled"
+    assert torch._C._select_conv_backend is own["select"]
+    assert ir.View.__dict__["create"] is own["create"]
+    assert PythonWrapperCodegen.__dict__["codegen_input_size_asserts"] is own["asserts"]
+    assert fake_impls._compute_stride is own["strides"]
+    assert active(torch._C, "_select_conv_backend") == 0 and active(ir.View, "create") == 0

@@ -38,6 +38,7 @@ from guardsolve.errors import first_line
 from guardsolve.ir.ops import Op
 from guardsolve.jit.decompose import retrace_scope
 from guardsolve.jit.layout import channels_last, conv_formats, eager_format, eager_layouts
+from guardsolve.patching import COMPILING
 from guardsolve.jit.variant import Variant, runner
 from guardsolve.pytorch.sympy_guards import TranslationError
 from guardsolve.solve.guardset import GuardSet
@@ -101,8 +102,18 @@ def compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static:
     with the sizes deciding only (size-oblivious reasoning baked a saved activation's stride
     into one backward).
 
-    A trace that reads tensor data is compiled as segments (`jit/segments.py`); `segments`
-    holds the segments built for other traces of the same function, shared by their source."""
+    A trace that reads tensor data is compiled as segments (`jit/segments/`); `segments`
+    holds the segments built for other traces of the same function, shared by their source.
+
+    One compile runs at a time in the process (`patching.COMPILING`): make_fx and Inductor keep
+    state of their own across threads (two at once failed inside torch: `CURRENT_PATCHER is None`)."""
+    with COMPILING:
+        return _compile_variant(t, trace_gs, values, static, params, timeout_ms, save, train, segments)
+
+
+def _compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static: Sequence[StaticGuard],
+                     params: Sequence[str], timeout_ms: int, save: bool, train: bool,
+                     segments: dict[Any, Any] | None) -> Variant:
     from guardsolve.jit.segments.plan import has_data
 
     if has_data(t.graph):
