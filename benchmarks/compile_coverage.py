@@ -6,7 +6,7 @@ For each sample guardsolve traces (`guardsolve.trace` succeeds), under `torch.no
 
 - guardsolve: `guarded(fn, backend="inductor")` called at the sample. *compiled*: a variant was
   compiled (it passed the compile-time comparison with eager). *symbolic*: its check accepts at
-  least one size other than the example's (`jit.inductor.sizes_accepted`: the far points z3
+  least one size other than the example's (`jit.inductor.points.sizes_accepted`: the far points z3
   finds in its guards, each with random inputs the whole check accepts), i.e. it is not
   pinned to the example. *second size*: a call at the second size below is served by that
   same compile (no new trace, no new compile, not eager), its output equal to eager's.

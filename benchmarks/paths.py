@@ -6,7 +6,7 @@ inputs: each dim at 0 and at 1, each class of equal dims together at 0 and at 1,
 those at 1, all dims at 0 and all at 1. A perturbed input where eager raises is skipped (no
 trace serves it). Otherwise a fresh trace at it records *the same trace* or not (the same
 nodes, placeholders' example shapes aside, output structure and static guards:
-`tracer.difference`, or the same but for ops that are identities at its sizes:
+`divergence.difference`, or the same but for ops that are identities at its sizes:
 `identity.same_but_identities`), and the guards accept it or not. Side by side, the same counts for the
 example's path alone (`explore=False`).
 

@@ -1,5 +1,5 @@
 """The compile-time comparison of an Inductor artifact with eager, for dtypes whose CPU kernels
-lack `equal` (`jit/inductor.py`, `_COMPARED_AS`)."""
+lack `equal` (`jit/inductor/crosscheck.py`, `_COMPARED_AS`)."""
 
 from __future__ import annotations
 

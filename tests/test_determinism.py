@@ -2,7 +2,7 @@
 machine as on an idle one (issue 49, item 6).
 
 Exploring other routes stops after a number of probes run that the trace's size sets
-(`paths.run_budget`), and every z3 call stops after a count of its own work (`smt.limit`,
+(`explore.budget.run_budget`), and every z3 call stops after a count of its own work (`smt.limit`,
 z3's `rlimit`), so nothing that decides a guard reads a clock. Before, exploring stopped
 after twice the example's own trace + simplify, timed: a process's first trace (slow: cold
 caches) explored to the end and later ones did not, and a load that came or went mid-run

@@ -1,7 +1,7 @@
 """Guards exact to the trace: the routes that record the same trace are merged (solve/explore/).
 
 The oracle everywhere: at a perturbed input where eager runs, a fresh trace records the same
-trace (`tracer.difference`) exactly when the guards accept it; where the guards accept, the
+trace (`divergence.difference`) exactly when the guards accept it; where the guards accept, the
 saved trace's replay equals eager.
 """
 

@@ -9,7 +9,7 @@ fresh trace records another node (a decision of the program's own answered other
 the program reads that is a constant there, or the other way round), and it rejects regions
 and spends its probe budget as a live exploration does. (Both are compared with the same probe
 budget and no run budget: `simplify`'s default also stops after a number of probes run that
-the trace's size sets, `paths.run_budget`, which a live trace and a saved one spend differently.)
+the trace's size sets, `explore.budget.run_budget`, which a live trace and a saved one spend differently.)
 
 One kind of route only a live trace finds: where the program branches to a route that leaves
 out ops that are identities there (`trace/identity.py`: GPT-2 at batch 1 skips an `expand` to
@@ -73,7 +73,7 @@ NEEDS_TRANSFORMERS = {"gpt2", "bert"}
 
 def _unbudgeted(x: Any) -> guardsolve.GuardSet:
     """`simplify(x)` with its default probe budget and no run budget (`simplify`'s default stops
-    after `paths.run_budget` probes run, which a live trace and a saved one spend differently)."""
+    after `explore.budget.run_budget` probes run, which a live trace and a saved one spend differently)."""
     from guardsolve.solve.simplify import merge_paths, readable_guards
 
     return readable_guards(merge_paths(x, guardsolve.simplify(x, explore=False, readable=False), runs=None))

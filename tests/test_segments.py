@@ -1,4 +1,4 @@
-"""Data-dependent programs served as compiled segments (`jit/segments.py`): cut where the
+"""Data-dependent programs served as compiled segments (`jit/segments/`): cut where the
 program reads tensor data, each segment compiled at symbolic sizes, the decisions on data
 checked between segments, compared with eager on every call."""
 

@@ -57,7 +57,7 @@ class Recorder:
         self.data_sizes: dict[str, tuple[str, Op, int]] = {}
         self.rules: Any = None  # PyTorch's shape rules for this trace (a `rules.RuleCache`)
         self.real: Any = None  # eager's output of the op whose shape rule runs now (tracing only)
-        self.meta_first = False  # run each op's shape rule before its eager kernel (`solve.paths`' probes)
+        self.meta_first = False  # run each op's shape rule before its eager kernel (`solve.explore`' probes)
         self._unbacked = 0  # unbacked sizes made so far (their names: u0, u1, ...)
         # NOTE: what the trace assumed about the inputs' memory layout (a cache must check it):
         # a contiguity decision or a view was made, or user code read a stride's value.

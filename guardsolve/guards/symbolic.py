@@ -251,7 +251,7 @@ class SymGuard(SpecializingOps, SymNode):
     def _data_bailout(self, expect: Any) -> bool:
         """A decision of user code on a value read from data: a value bailout of the trace.
         Returns the answer the program takes: its own, or, in a trace at other sizes following
-        the example's (a probe of `solve.paths`), the example's (the data drawn at those sizes
+        the example's (a probe of `solve.explore`), the example's (the data drawn at those sizes
         must not decide their size guards; the flip is noted for the report)."""
         rec = self.rec
         assert rec.trace is not None

@@ -1,13 +1,13 @@
 """Routes a tensor trace's text records besides its own ops: what only tracing the function
 again could find.
 
-A live `Trace` explores by tracing its function again (`solve.paths.explore`). Where the
+A live `Trace` explores by tracing its function again (`solve.explore.live.explore`). Where the
 program branches to a route that records the same trace but for ops that are identities at
 those sizes (GPT-2 at batch 1 skips `position_ids.expand(batch, -1)`), the saved text's replay
 cannot follow: the other branch is in the program, not in the text. So the trace text records
 each such route found, as its minimal guards (a guard graph over the input dims), after its
 nodes; a saved trace's exploration merges a recorded route where its guards hold, as the live
-trace did (`solve.paths.explore_saved`).
+trace did (`solve.explore.saved.explore_saved`).
 
 In the text each route is a block of comments, so that a reader of the plain format skips it:
 

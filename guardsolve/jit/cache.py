@@ -1,7 +1,7 @@
 """`guarded(fn)`: a cache of traces keyed by their guards (why guards exist).
 
 Two backends run an entry. `backend="replay"` (the default) replays the trace op by op
-(`trace/replay.py`). `backend="inductor"` compiles it with Inductor (`jit/inductor.py`): an
+(`trace/replay.py`). `backend="inductor"` compiles it with Inductor (`jit/inductor/`): an
 entry then holds one or more compiled variants, each behind one check, the trace's guards and
 Inductor's own, simplified together and proven (`Variant.guards`). A call that the trace's
 guards accept but no variant's check does compiles another variant without tracing again. A
@@ -317,7 +317,7 @@ def guarded(fn: Callable[..., Any] | None = None, *, max_entries: int = 8, evict
 
     `backend="replay"` (the default) replays a trace op by op; `backend="inductor"` compiles
     it with Inductor behind one proven check (the trace's guards and Inductor's), one or more
-    variants per trace (`jit/inductor.py`). `cache_dir` (Inductor only) saves each compiled
+    variants per trace (`jit/inductor/`). `cache_dir` (Inductor only) saves each compiled
     entry there and loads the matching ones in a later process (`jit/store.py`); the directory
     is trusted as Inductor's own cache directory is (it holds pickles and generated code).
 
@@ -332,7 +332,7 @@ def guarded(fn: Callable[..., Any] | None = None, *, max_entries: int = 8, evict
     `DataDependentError` is traced again with value guards (`trace(..., value_guards=True)`),
     the program's writes undone in between; `True` always records them, `False` never (such
     calls run eagerly, remembered by signature). With Inductor such a trace is served as
-    compiled segments cut where it reads data (`jit/segments.py`).
+    compiled segments cut where it reads data (`jit/segments/`).
     """
     def wrap(f: Callable[..., Any]) -> GuardedFunction:
         return GuardedFunction(f, max_entries, evict, value_guards, timeout_ms, miss_history, explore, backend,

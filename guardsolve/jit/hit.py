@@ -39,7 +39,7 @@ def try_entry(gf: GuardedFunction, e: Entry, names: tuple[str, ...], values: tup
 
 
 def resume_entry(gf: GuardedFunction, e: Entry, failure: GuardFailure, names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
-    """The call whose segmented run in `e` diverged (`segments.Diverged`), continued by another
+    """The call whose segmented run in `e` diverged (`segments.SegmentDiverged`), continued by another
     entry's segments where they share the prefix and its size check passes; else `MISS`."""
     from guardsolve.jit.segments.diverged import SegmentDiverged
 

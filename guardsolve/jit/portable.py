@@ -1,6 +1,6 @@
 """An entry's state check, saved with it and rebuilt in another process (`jit/store.py`).
 
-A state check (`trace/state.py`) binds objects of this process: a module's `__dict__`, its
+A state check (`trace/state/`) binds objects of this process: a module's `__dict__`, its
 `_parameters`, a globals dict, a closure cell. Saved, each bound object is named by how to
 reach it again from what the new process has: the guarded module (a submodule by its
 qualified name, then one of its dicts), the guarded function (its closure cells, its

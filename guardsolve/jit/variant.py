@@ -1,7 +1,7 @@
 """A compiled variant as it is called: its check, what the backend assumed, and its runner.
 
 Nothing here imports Inductor's compiler, sympy or the tracer: a process that only loads saved
-entries (`jit/store.py`) builds its variants from this module, and `jit/inductor.py` (the
+entries (`jit/store.py`) builds its variants from this module, and `jit/inductor/` (the
 compiler side) builds them from it too.
 
 >>> from guardsolve.trace.record import OutRef

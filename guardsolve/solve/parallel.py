@@ -1,6 +1,6 @@
 """Independent work on forked processes: `map_forked(fn, items, jobs)` is `[fn(x) for x in items]`.
 
-simplify's parts share no dim, so each reduces alone (`simplify._run`). On a graph with
+simplify's parts share no dim, so each reduces alone (`partwise._run`). On a graph with
 thousands of parts the reduction is most of the time, and it spreads over cores: the parent
 forks `jobs - 1` children, which read the parts from the parent's memory (copy on write,
 nothing pickled on the way in). Every process, the parent too, takes the next chunk of items

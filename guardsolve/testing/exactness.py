@@ -83,7 +83,7 @@ def exactness_failures(fn: Callable[..., Any], inputs: tuple[Any, ...], *, count
     construction: `check(S)` must say whether re-tracing at S gives the same guard graph, i.e.
     the same bailouts (arithmetic nodes no bailout reads may differ). `explore=True` judges the
     merged routes for soundness: a failure is an S they accept where re-tracing records another
-    trace (`tracer.difference`); rejecting an S of the same trace is measured by
+    trace (`divergence.difference`); rejecting an S of the same trace is measured by
     `benchmarks/paths.py`, not failed here (a route not explored).
 
     `meta_first` runs each variant under FakeTensorMode before eager and skips it where

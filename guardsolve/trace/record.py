@@ -37,7 +37,7 @@ class Trace:
     notes: tuple[str, ...] = ()
     opaque: bool = False  # the output holds traced values inside objects a replay cannot rebuild
     # NOTE: the example inputs themselves, so that `simplify` can trace again at other sizes
-    # (`solve.paths`); `guarded` drops them once its entry is made
+    # (`solve.explore`); `guarded` drops them once its entry is made
     inputs: tuple[Any, ...] | None = field(default=None, repr=False)
     value_guards: bool = False
     # NOTE: the calls and guard graph as recorded, for probes that replay single calls

@@ -180,7 +180,7 @@ class TracingMode(TorchDispatchMode):
                     self._rng = torch.default_generator.get_state()
 
         if rec.meta_first and traced and not sized_by_data(func):
-            # NOTE: a trace at sizes the user never called (`solve.paths`): the shape rule first,
+            # NOTE: a trace at sizes the user never called (`solve.explore`): the shape rule first,
             # so no eager kernel runs at sizes its rule rejects (eager `native_batch_norm` writes
             # out of bounds where its meta rule raises). Not for an op whose output size the
             # data decides: its rule reads that size from eager's output (without it, a stand-in

@@ -161,7 +161,7 @@ def _compile_variant(t: Trace, trace_gs: GuardSet, values: Sequence[Any], static
 
 def _segmented(t: Trace, trace_gs: GuardSet, values: Sequence[Any], timeout_ms: int, train: bool,
                shared: dict[Any, Any] | None = None) -> Variant:
-    """A trace that reads tensor data, served as segments cut where it does (`jit/segments.py`):
+    """A trace that reads tensor data, served as segments cut where it does (`jit/segments/`):
     each segment re-traced on its own and compiled, its check over its own inputs (sizes a
     `nonzero` counted among them); the trace's size guards are the variant's check, its value
     bailouts checked by the glue between segments."""
