@@ -211,3 +211,54 @@ def test_a_scripts_model_class_is_found_where_another_process_imports_it(tmp_pat
     second = last([sys.executable, "-c", f"import net; net.run({cache!r})"])
     assert first["traces"] == 1 and second["traces"] == 0 and second["loaded"] == 1, (first, second)
     assert second["out"] == first["out"]
+
+
+def _keeps_flag(flag: bool = True) -> Any:
+    """A decorator whose wrapper reads its own default and the wrapped function's attribute, as
+    transformers' decorators of `forward` do."""
+    def wrap(func: Any) -> Any:
+        def inner(self: Any, x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+            return func(self, x) * scale if flag and getattr(func, "scaled", True) else func(self, x)
+        return inner
+    return wrap
+
+
+def _passes(func: Any) -> Any:
+    def outer(self: Any, x: torch.Tensor) -> torch.Tensor:
+        return func(self, x)
+    return outer
+
+
+class _Decorated(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    @_passes
+    @_keeps_flag()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+def test_a_state_check_through_a_decorated_forward_is_saved_and_found_again() -> None:
+    """What the wrappers of a decorated `forward` hold (their cells, an inner wrapper's defaults,
+    the wrapped function's attributes) is named by where the module's class holds it, so the
+    entry can be saved; the rebuilt check holds, and fails where a default it read changed."""
+    from guardsolve.jit.portable import restore_state, state_spec
+    from guardsolve.jit.store import dumps, loads
+    from guardsolve.trace.state import StateCheck, recording
+
+    m = _Decorated()
+    with torch.no_grad(), recording(m) as rec:
+        m(torch.ones(2, 3))
+    spec = state_spec(StateCheck.of(rec), m)  # NOTE: raised NotPortable ("<closure func>") before
+    assert any(how[0] == "class_cell" for _, how in spec["derive"])
+    check = restore_state(loads(dumps(spec)), m)  # NOTE: as the store writes and reads it
+    assert check()
+    inner = _Decorated.forward.__closure__[0].cell_contents
+    inner.__defaults__ = (3.0,)
+    try:
+        assert not check()
+    finally:
+        inner.__defaults__ = (2.0,)
+    assert check()

@@ -76,12 +76,53 @@ def _root_of(obj: Any, roots: dict[int, tuple[Any, ...]], fn: Any = None) -> tup
         if obj.kind != "partial" and isinstance(module, str) and isinstance(qualname, str) \
                 and _lookup(module, qualname) is obj.obj:
             return ("attrs", obj.kind, module, qualname)
+        if obj.kind == "function" and isinstance(fn, torch.nn.Module):
+            how = _class_cell(obj.obj, fn)  # NOTE: a function a decorator wrapped: where its wrapper holds it
+            return None if how is None else (*how, obj.kind)
         return None
     if isinstance(obj, dict):
         name = obj.get("__name__")
         mod = sys.modules.get(name) if isinstance(name, str) else None
         if mod is not None and getattr(mod, "__dict__", None) is obj:
             return ("globals", name)
+    return _class_cell(obj, fn) if isinstance(fn, torch.nn.Module) else None
+
+
+def _class_cell(obj: Any, fn: torch.nn.Module) -> tuple[Any, ...] | None:
+    """A closure cell, `__defaults__` or `__kwdefaults__` of a method of the class of one of
+    `fn`'s modules, or of a function in such a method's cells, or such a function (a method decorators wrapped, as
+    transformers wraps `forward`), by where it is: ("class_cell", the submodule's qualified
+    name, the class's index in its MRO, the attribute, the cells' indices from the method in,
+    then "cell", "defaults", "kwdefaults" or, for such a function itself, "function"); or None."""
+    def path(f: Any, depth: int) -> tuple[Any, ...] | None:
+        if f is obj:
+            return ("function",)
+        if getattr(f, "__defaults__", None) is obj:
+            return ("defaults",)
+        if getattr(f, "__kwdefaults__", None) is obj:
+            return ("kwdefaults",)
+        for j, cell in enumerate(getattr(f, "__closure__", None) or ()):
+            if cell is obj:
+                return (j, "cell")
+            try:
+                inner = cell.cell_contents
+            except ValueError:  # NOTE: an empty cell
+                continue
+            if depth and isinstance(inner, types.FunctionType):
+                rest = path(inner, depth - 1)
+                if rest is not None:
+                    return (j, *rest)
+        return None
+
+    if not isinstance(obj, (types.CellType, tuple, dict, types.FunctionType)):
+        return None
+    for q, m in fn.named_modules(remove_duplicate=False):
+        for i, c in enumerate(type(m).__mro__):
+            for attr, v in vars(c).items():
+                f = _descriptor_function(v) or v
+                found = path(f, 4) if isinstance(f, types.FunctionType) else None
+                if found is not None:
+                    return ("class_cell", q, i, attr, found)
     return None
 
 
@@ -178,6 +219,21 @@ def _resolve_root(how: tuple[Any, ...], fn: Callable[..., Any]) -> Any:
             return m.__dict__ if slot is None else m.__dict__[slot]
         case ("cell", i):
             return getattr(fn, "__func__", fn).__closure__[i]
+        case ("class_cell", q, i, attr, steps, *kind):
+            m = fn.get_submodule(q) if q else fn  # type: ignore[union-attr]
+            v = vars(type(m).__mro__[i])[attr]
+            f = _descriptor_function(v) or v
+            *cells, last = steps
+            for k, j in enumerate(cells):
+                if k + 1 == len(cells) and last == "cell":
+                    return f.__closure__[j]
+                f = f.__closure__[j].cell_contents
+            match last:
+                case "function":
+                    return Attrs(f, kind[0])
+                case "defaults":
+                    return f.__defaults__
+            return f.__kwdefaults__
         case ("defaults",):
             return getattr(fn, "__func__", fn).__defaults__
         case ("kwdefaults",):
