@@ -59,7 +59,7 @@ from guardsolve.jit.entry import CacheInfo, Entry, POSITIONAL
 from guardsolve.jit.hit import first_call, try_entry
 from guardsolve.jit.miss import miss_call
 from guardsolve.jit.misses import Miss
-from guardsolve.jit.served import DIVERGED, EAGER, MISS, Served, last_call
+from guardsolve.jit.served import DIVERGED, EAGER, K_EAGER, MISS, Served, last_call
 from guardsolve.jit.warmup import warm_up
 
 
@@ -174,6 +174,12 @@ class GuardedFunction:
     def _count_eager(self, why: str) -> None:
         with self._lock_eager:
             self._eager_why[why] = self._eager_why.get(why, 0) + 1
+
+    def _ran_eagerly(self, why: str, entry: Any = None, variant: Any = None) -> None:
+        """Count a call served eagerly, with its reason (kept for `last_call`)."""
+        self._eager.inc()
+        self._count_eager(why)
+        self._tls.last = (K_EAGER, entry, variant, why)
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
         """The arguments passed, by parameter name, in signature order (defaults are not filled

@@ -108,9 +108,7 @@ def serve_variants(gf: GuardedFunction, e: Entry, names: tuple[str, ...], values
                 # NOTE: a kernel's own error (an index out of range in data): eager gives
                 # the call's own error, or its value
                 why = f"the compiled kernels raised {type(err).__name__}: {first_line(err)[:200]}"
-                gf._eager.inc()
-                gf._count_eager(why)
-                gf._tls.last = (K_EAGER, e, v, why)
+                gf._ran_eagerly(why, e, v)
                 return EAGER
             v.count_hit()
             e.count_hit()
@@ -122,9 +120,7 @@ def serve_variants(gf: GuardedFunction, e: Entry, names: tuple[str, ...], values
         return MISS
     # NOTE: the trace fits, Inductor cannot serve it: eager, with the reason counted
     why = f"Inductor cannot compile this trace: {e.uncompiled}"
-    gf._eager.inc()
-    gf._count_eager(why)
-    gf._tls.last = (K_EAGER, e, None, why)
+    gf._ran_eagerly(why, e)
     return EAGER
 
 

@@ -40,9 +40,7 @@ def miss_call(gf: GuardedFunction, args: tuple[Any, ...], kwargs: dict[str, Any]
         why = remembered_eager(gf, sig)
         if why is not None:
             gf._misses.inc()
-            gf._eager.inc()
-            gf._count_eager(why)
-            gf._tls.last = (K_EAGER, None, None, why)
+            gf._ran_eagerly(why)
             return gf.fn(*args, **kwargs)
     why_eager = gf._always_eager or untraceable(gf, names, values) or aliased(gf, values)
     locked = why_eager is None and gf._lock.acquire(blocking=False)
@@ -303,9 +301,7 @@ def run_eagerly(gf: GuardedFunction, record: "Miss", why: str, args: tuple[Any, 
         gf._tls.last = (K_EAGER, None, None, why)
         return None
     record.note = f"ran eagerly: {why}"
-    gf._eager.inc()
-    gf._count_eager(why)
-    gf._tls.last = (K_EAGER, None, None, why)
+    gf._ran_eagerly(why)
     return gf.fn(*args, **kwargs)
 
 
